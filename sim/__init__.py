@@ -1,0 +1,1 @@
+"""specrace's simulator: scenario -> workload -> schedule -> SimPy timing -> reads."""

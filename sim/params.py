@@ -1,0 +1,360 @@
+"""Scenario parameters: frozen dataclasses loaded and validated from TOML.
+
+Units are last in names and time is integer nanoseconds (``*_ns``). Loading does
+validation only: no side effects, no defaults drawn at random. An unknown key, a
+wrong type or an impossible value raises :class:`SpecraceError` naming the key and
+the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from sim.errors import SpecraceError
+
+MambaCacheMode = Literal["none", "all", "align"]
+ArrivalKind = Literal["poisson", "scripted"]
+LengthDist = Literal["fixed", "uniform", "lognormal"]
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """vLLM engine configuration that decides the schedule (vllm-mechanics.md §1, §2, §6)."""
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    num_speculative_tokens: int = 3
+    async_scheduling: bool = True
+    mamba_cache_mode: MambaCacheMode = "none"
+    # GDN's builder asks for 1 + k (decode = up to 1 + k tokens); a FlashInfer builder
+    # without TRT-LLM forces 1, which makes drafted decodes "long extends" (§2 item 8).
+    reorder_threshold_is_one: bool = False
+    # KV capacity in tokens; when the running set outgrows it the scheduler preempts the
+    # most recently admitted running request (vLLM's FCFS policy). 0 means unlimited.
+    kv_cache_capacity_tokens: int = 0
+
+    @property
+    def reorder_batch_threshold(self) -> int:
+        return 1 if self.reorder_threshold_is_one else 1 + self.num_speculative_tokens
+
+    def check(self) -> None:
+        _positive("engine.max_num_seqs", self.max_num_seqs)
+        _positive("engine.max_num_batched_tokens", self.max_num_batched_tokens)
+        if not 0 <= self.num_speculative_tokens <= 15:
+            raise ValueError("engine.num_speculative_tokens must be in 0..15")
+        if self.max_num_batched_tokens < self.max_num_seqs * (1 + self.num_speculative_tokens):
+            raise ValueError(
+                "engine.max_num_batched_tokens must hold max_num_seqs * (1 + k) tokens, "
+                "or decodes could never all be scheduled"
+            )
+        if self.kv_cache_capacity_tokens < 0:
+            raise ValueError("engine.kv_cache_capacity_tokens must be >= 0")
+
+
+@dataclass(frozen=True)
+class LengthParams:
+    """A token-length distribution, drawn up front per request."""
+
+    dist: LengthDist = "fixed"
+    mean: float = 128.0
+    sigma: float = 0.0  # lognormal: sigma of log(length)
+    min: int = 1
+    max: int = 1 << 20
+
+    def check(self, name: str) -> None:
+        if self.min < 1 or self.max < self.min:
+            raise ValueError(f"{name}: need 1 <= min <= max")
+        if self.mean <= 0 or self.sigma < 0:
+            raise ValueError(f"{name}: need mean > 0 and sigma >= 0")
+
+
+@dataclass(frozen=True)
+class ScriptedRequest:
+    """One hand-written request of a scripted workload.
+
+    ``accepted`` lists the true accepted count (1 + accepted drafts) of each of the
+    request's speculative steps, in order; steps past its end accept 1.
+    """
+
+    req_id: str
+    arrival_step: int
+    prompt_len: int
+    output_len: int
+    accepted: tuple[int, ...] = ()
+    prefix_hit_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class WorkloadParams:
+    """What requests arrive and how their drafts are accepted (§11 per-request state)."""
+
+    arrival: ArrivalKind = "poisson"
+    initial_requests: int = 64
+    arrival_rate_per_step: float = 0.5
+    max_requests: int = 1_000_000
+    prompt_len: LengthParams = field(default_factory=LengthParams)
+    output_len: LengthParams = field(default_factory=LengthParams)
+    # Conditional probability that draft position p is accepted given p-1 was.
+    acceptance_probs: tuple[float, ...] = (0.9, 0.75, 0.6)
+    # Probability that a new request hits the prefix cache, and the hit's share of the
+    # prompt (rounded down to whole tokens, at least 1 token left to compute).
+    prefix_hit_prob: float = 0.0
+    prefix_hit_fraction: float = 0.5
+    requests: tuple[ScriptedRequest, ...] = ()
+
+    def check(self, k: int) -> None:
+        if self.initial_requests < 0 or self.arrival_rate_per_step < 0:
+            raise ValueError("workload.initial_requests and arrival_rate_per_step must be >= 0")
+        _positive("workload.max_requests", self.max_requests)
+        self.prompt_len.check("workload.prompt_len")
+        self.output_len.check("workload.output_len")
+        if len(self.acceptance_probs) < k:
+            raise ValueError(
+                f"workload.acceptance_probs needs at least num_speculative_tokens={k} entries"
+            )
+        for p in (*self.acceptance_probs, self.prefix_hit_prob):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError("workload probabilities must be in [0, 1]")
+        if not 0.0 <= self.prefix_hit_fraction < 1.0:
+            raise ValueError("workload.prefix_hit_fraction must be in [0, 1)")
+        if self.arrival == "scripted" and not self.requests:
+            raise ValueError("workload.arrival = 'scripted' needs [[workload.requests]]")
+        seen: set[str] = set()
+        for r in self.requests:
+            if r.req_id in seen:
+                raise ValueError(f"workload.requests: duplicate req_id {r.req_id!r}")
+            seen.add(r.req_id)
+            if r.arrival_step < 0 or r.prompt_len < 1 or r.output_len < 1:
+                raise ValueError(f"workload.requests[{r.req_id}]: bad step or length")
+            if not 0 <= r.prefix_hit_tokens < r.prompt_len:
+                raise ValueError(
+                    f"workload.requests[{r.req_id}]: prefix_hit_tokens must be < prompt_len"
+                )
+            if any(not 1 <= a <= k + 1 for a in r.accepted):
+                raise ValueError(
+                    f"workload.requests[{r.req_id}]: accepted counts must be in 1..{k + 1}"
+                )
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    """Durations of every timed actor (vllm-mechanics.md §8, h200-measurements.md §6).
+
+    Means are nanoseconds; every duration is drawn as mean * (1 + jitter) with a seeded
+    uniform jitter in [-jitter_frac, +jitter_frac]. Defaults describe the "balanced"
+    regime where engine-core + worker CPU latency is close to the GPU step time.
+    """
+
+    # GPU default stream, per step.
+    gpu_prep_ns: int = 40_000  # H2D input copies and metadata uploads
+    gpu_forward_ns_base: int = 9_000_000  # 27B model decode step, FULL graph
+    gpu_forward_ns_per_token: int = 2_000
+    gpu_sample_ns: int = 150_000  # sampler + rejection sampler + (ids != -1).sum
+    gpu_drafter_ns: int = 1_200_000  # k MTP forwards
+    # D2H of the accepted counts lands this long after sample(N) ends (§8: 15-40 us).
+    dma_land_delay_ns: int = 20_000
+    # Engine core (§1.1): get_output(N-1) -> update_from_output(N-1) -> schedule(N+1).
+    engine_output_ipc_ns: int = 300_000
+    engine_update_ns_per_req: int = 8_000
+    engine_schedule_ns_base: int = 200_000
+    engine_schedule_ns_per_req: int = 15_000
+    engine_input_ipc_ns: int = 300_000
+    # Worker CPU thread (§1.3, §1.4, §2).
+    worker_sample_tokens_ns: int = 250_000
+    worker_rpc_dispatch_ns: int = 30_000
+    worker_remove_ns: int = 20_000
+    worker_cached_loop_ns_per_req: int = 6_000
+    worker_add_ns: int = 30_000
+    worker_condense_move_ns: int = 7_000
+    worker_swap_ns: int = 18_000
+    worker_refresh_metadata_ns: int = 60_000
+    worker_prepare_inputs_ns: int = 400_000
+    worker_event_sync_ns: int = 850
+    worker_copy_to_gpu_ns: int = 4_800
+    worker_launch_ns: int = 1_500_000  # metadata build + forward launch / graph replay
+    # Host noise: with this probability per step the worker thread stalls (GC, host load).
+    worker_stall_prob: float = 0.05
+    worker_stall_ns: int = 2_000_000
+    jitter_frac: float = 0.2
+
+    def check(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0:
+                raise ValueError(f"timing.{f.name} must be >= 0")
+        if not 0.0 <= self.jitter_frac < 1.0:
+            raise ValueError("timing.jitter_frac must be in [0, 1)")
+        if not 0.0 <= self.worker_stall_prob <= 1.0:
+            raise ValueError("timing.worker_stall_prob must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    default_steps: int
+    engine: EngineParams
+    workload: WorkloadParams
+    timing: TimingParams
+
+    def check(self) -> None:
+        _positive("default_steps", self.default_steps)
+        self.engine.check()
+        self.workload.check(self.engine.num_speculative_tokens)
+        self.timing.check()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+
+
+def scenario_path(name_or_path: str) -> Path:
+    """A path as given, or the built-in ``data/scenarios/<name>.toml``."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise SpecraceError(f"scenario file not found: {p}")
+        return p
+    builtin = SCENARIO_DIR / f"{name_or_path}.toml"
+    if not builtin.is_file():
+        known = ", ".join(sorted(q.stem for q in SCENARIO_DIR.glob("*.toml")))
+        raise SpecraceError(f"unknown scenario {name_or_path!r} (built-in: {known})")
+    return builtin
+
+
+def load_scenario(name_or_path: str, overrides: dict[str, str] | None = None) -> Scenario:
+    """Load, apply ``section.key=value`` overrides, and validate a scenario."""
+    path = scenario_path(name_or_path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecraceError(f"{path}: cannot read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise SpecraceError(f"{path}: not valid TOML: {e}") from None
+    for key, text in (overrides or {}).items():
+        _apply_override(raw, key, text, path)
+    return scenario_from_dict(raw, path.stem, str(path))
+
+
+def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
+    raw = dict(raw)
+    known = {"name", "description", "default_steps", "engine", "workload", "timing"}
+    for key in raw:
+        if key not in known:
+            raise SpecraceError(f"{origin}: unknown key {key!r}")
+    try:
+        engine = _build(EngineParams, raw.get("engine", {}), "engine", origin)
+        workload = _build(WorkloadParams, raw.get("workload", {}), "workload", origin)
+        timing = _build(TimingParams, raw.get("timing", {}), "timing", origin)
+        scenario = Scenario(
+            name=str(raw.get("name", name)),
+            description=str(raw.get("description", "")),
+            default_steps=_convert(int, raw.get("default_steps", 2000), "default_steps", origin),
+            engine=engine,
+            workload=workload,
+            timing=timing,
+        )
+        scenario.check()
+    except ValueError as e:
+        raise SpecraceError(f"{origin}: {e}") from None
+    return scenario
+
+
+def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
+    """Re-validate a scenario with ``section.key=value`` overrides applied."""
+    raw = scenario.to_dict()
+    raw["workload"]["requests"] = [dict(r) for r in raw["workload"]["requests"]]
+    for key, text in overrides.items():
+        _apply_override(raw, key, text, "--set")
+    return scenario_from_dict(raw, scenario.name, f"scenario {scenario.name} with --set")
+
+
+def _apply_override(raw: dict[str, Any], key: str, text: str, origin: object) -> None:
+    parts = key.split(".")
+    if len(parts) != 2 or parts[0] not in ("engine", "workload", "timing"):
+        raise SpecraceError(f"--set {key}: expected section.key with section engine|workload|timing")
+    section = raw.setdefault(parts[0], {})
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # a bare word is a string
+    section[parts[1]] = value
+
+
+def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:
+    if not isinstance(table, dict):
+        raise SpecraceError(f"{origin}: {prefix} must be a table")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in names:
+            raise SpecraceError(f"{origin}: unknown key {prefix}.{key}")
+        kwargs[key] = _convert(hints[key], value, f"{prefix}.{key}", origin)
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, key: str, origin: str) -> Any:
+    origin_t = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key, origin)
+    if origin_t is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise SpecraceError(f"{origin}: {key} must be one of {list(allowed)}, got {value!r}")
+        return value
+    if origin_t is tuple:
+        if not isinstance(value, list):
+            raise SpecraceError(f"{origin}: {key} must be an array")
+        (item, _ellipsis) = typing.get_args(hint)
+        return tuple(_convert(item, v, f"{key}[{i}]", origin) for i, v in enumerate(value))
+    if origin_t in (types.UnionType, typing.Union):
+        raise TypeError(f"unsupported union type for {key}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise SpecraceError(f"{origin}: {key} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecraceError(f"{origin}: {key} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecraceError(f"{origin}: {key} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise SpecraceError(f"{origin}: {key} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"no converter for {hint!r} ({key})")
+
+
+def _positive(name: str, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0")
+
+
+__all__ = [
+    "EngineParams",
+    "LengthParams",
+    "Scenario",
+    "ScriptedRequest",
+    "TimingParams",
+    "WorkloadParams",
+    "load_scenario",
+    "replace",
+    "scenario_path",
+    "with_overrides",
+]
