@@ -77,7 +77,8 @@ class InputBatchRows:
 
     @property
     def req_ids(self) -> list[str]:
-        return [r for r in self._req_ids[: self.num_reqs] if r is not None]
+        """Requests in row order (holes left by removals skipped until condense)."""
+        return [r for r in self._req_ids if r is not None]
 
     def row_of(self, req_id: str) -> int:
         return self.req_id_to_index[req_id]
@@ -157,8 +158,11 @@ class InputBatchRows:
         assert id1 is not None and id2 is not None
         self._req_ids[i1], self._req_ids[i2] = id2, id1
         self.req_id_to_index[id1], self.req_id_to_index[id2] = i2, i1
-        for arr in (self.num_prompt_tokens, self.num_computed_tokens_cpu,
-                    self.num_accepted_tokens_cpu):
+        for arr in (
+            self.num_prompt_tokens,
+            self.num_computed_tokens_cpu,
+            self.num_accepted_tokens_cpu,
+        ):
             arr[i1], arr[i2] = arr[i2], arr[i1]
         self.ops.append(RowOp("swap", i1, i2, id1))
 

@@ -284,7 +284,9 @@ def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
 def _apply_override(raw: dict[str, Any], key: str, text: str, origin: object) -> None:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in ("engine", "workload", "timing"):
-        raise SpecraceError(f"--set {key}: expected section.key with section engine|workload|timing")
+        raise SpecraceError(
+            f"--set {key}: expected section.key with section engine|workload|timing"
+        )
     section = raw.setdefault(parts[0], {})
     try:
         value = tomllib.loads(f"v = {text}")["v"]

@@ -94,11 +94,19 @@ class StepRecord:
             prev_num_draft_tokens=arr("prev_num_draft_tokens"),
         )
         n = rec.num_reqs
-        for key in ("num_scheduled", "num_computed", "num_prompt", "drafts", "accepted",
-                    "discard", "prev_positions"):
+        for key in (
+            "num_scheduled",
+            "num_computed",
+            "num_prompt",
+            "drafts",
+            "accepted",
+            "discard",
+            "prev_positions",
+        ):
             if len(getattr(rec, key)) != n:
-                raise ValueError(f"step {rec.step}: {key} has {len(getattr(rec, key))} rows, "
-                                 f"req_ids has {n}")
+                raise ValueError(
+                    f"step {rec.step}: {key} has {len(getattr(rec, key))} rows, req_ids has {n}"
+                )
         return rec
 
 
@@ -133,9 +141,22 @@ class Schedule:
             "requests_finished": sum(len(s.finished) for s in self.steps),
             "row_ops": self.op_counts(),
             "first_spec_steps": sum(
-                int(((s.drafts > 0) & (s.prev_positions >= 0)).sum() > 0) for s in self.steps
+                int(first_spec_rows(prev, cur).sum())
+                for prev, cur in zip(self.steps, self.steps[1:], strict=False)
             ),
         }
+
+
+def first_spec_rows(prev: StepRecord, cur: StepRecord) -> np.ndarray:
+    """Rows of ``cur`` at their first speculative step: drafts now, none in ``prev``.
+
+    These are the rows the GPU correction kernel cannot repair (vllm-mechanics.md §2).
+    """
+    pp = cur.prev_positions
+    had = np.zeros(len(pp), dtype=bool)
+    ok = pp >= 0
+    had[ok] = prev.drafts[pp[ok]] > 0
+    return (cur.drafts > 0) & ok & ~had
 
 
 def dumps(schedule: Schedule) -> str:
@@ -158,7 +179,8 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SpecraceError(f"{origin}: not valid JSON (truncated?): {e.msg} at line {e.lineno}")
+        msg = f"{origin}: not valid JSON (truncated?): {e.msg} at line {e.lineno}"
+        raise SpecraceError(msg) from None
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise SpecraceError(f"{origin}: not a specrace schedule (missing schema {SCHEMA!r})")
     if d.get("schema_version") != SCHEMA_VERSION:

@@ -91,7 +91,9 @@ def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
 
         while arrivals and arrivals[0].arrival_step <= step:
             r = arrivals.popleft()
-            waiting.append(_ReqState(r, num_computed=r.prefix_hit_tokens, prefill_target=r.prompt_len))
+            waiting.append(
+                _ReqState(r, num_computed=r.prefix_hit_tokens, prefill_target=r.prompt_len)
+            )
 
         scheduled, new_ids = _schedule_step(running, waiting, eng, k)
         in_flight[step] = scheduled
@@ -102,6 +104,8 @@ def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
             batch.remove_request(req_id)
             prev_map.pop(req_id, None)
         sched_ids = {item.state.req.req_id: item for item in scheduled}
+        # vLLM iterates a set difference here (hash order); removal order does not change
+        # any row (the removed list is sorted), so we remove in row order.
         unscheduled = [r for r in batch.req_ids if r not in sched_ids]
         for req_id in unscheduled:
             batch.remove_request(req_id)

@@ -1,0 +1,37 @@
+# specrace: `make demo` runs the simulator on the default scenario; `make test` runs the tests.
+# Both work on a fresh machine: they create .venv and install the project first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint format golden bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/python -m sim schedule --scenario qwen35-mtp3 --seed 0 --out out/demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check sim tests
+
+format: $(STAMP)
+	$(BIN)/ruff format sim tests
+	$(BIN)/ruff check --fix .
+
+# Regenerate the golden files on purpose (tests compare against them).
+golden: $(STAMP)
+	$(BIN)/python -m sim schedule --scenario minimal-race --seed 0 --out out/golden
+	cp out/golden/schedule.json data/golden/minimal-race.schedule.json
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -1,0 +1,77 @@
+"""Bad input: one clear error line, a non-zero exit, no traceback, no output written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_sim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sim", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+BAD_SCENARIOS = {
+    "unknown_key": ("[engine]\nmax_num_seqs = 4\nwarp_speed = 9\n", "engine.warp_speed"),
+    "wrong_type": ("[engine]\nmax_num_seqs = 'many'\n", "engine.max_num_seqs must be an integer"),
+    "impossible": ("[engine]\nmax_num_seqs = 0\n", "engine.max_num_seqs must be > 0"),
+    "bad_literal": ("[engine]\nmamba_cache_mode = 'some'\n", "engine.mamba_cache_mode must be"),
+    "not_toml": ("[engine\n", "not valid TOML"),
+    "probability": ("[workload]\nacceptance_probs = [0.9, 1.5, 0.2]\n", "probabilities"),
+    "top_level": ("colour = 'red'\n", "unknown key 'colour'"),
+    "scripted_bad_count": (
+        "[workload]\narrival = 'scripted'\n[[workload.requests]]\nreq_id = 'A'\n"
+        "arrival_step = 0\nprompt_len = 4\noutput_len = 4\naccepted = [9]\n",
+        "accepted counts must be in 1..4",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SCENARIOS))
+def test_bad_scenario_is_one_clear_line(name: str, tmp_path: Path) -> None:
+    text, needle = BAD_SCENARIOS[name]
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    r = run_sim("schedule", "--scenario", str(path), "--out", str(out), "--steps", "5")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert needle in lines[0] and str(path) in lines[0]
+    assert "Traceback" not in r.stderr
+    assert not (out / "schedule.json").exists()
+
+
+def test_unknown_scenario_and_bad_set(tmp_path: Path) -> None:
+    r = run_sim("schedule", "--scenario", "nope", "--out", str(tmp_path))
+    assert r.returncode == 2 and "unknown scenario 'nope'" in r.stderr
+    r = run_sim(
+        "schedule",
+        "--scenario",
+        "minimal-race",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "engine.num_speculative_tokens=-1",
+    )
+    assert r.returncode == 2 and "num_speculative_tokens" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_schedule_cli_writes_and_prints(tmp_path: Path) -> None:
+    r = run_sim("schedule", "--scenario", "minimal-race", "--seed", "3", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("SEED=3\n")
+    assert "engine.num_speculative_tokens=3" in r.stdout
+    assert "row_ops remove=1 add=3 move=0 swap=1" in r.stdout
+    assert (tmp_path / "schedule.json").is_file()

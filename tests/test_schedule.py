@@ -1,0 +1,133 @@
+"""The timing-free schedule: §9's timeline, the async pipeline, golden file, determinism."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sim import schedule as schedule_mod
+from sim.counts_buffer import apply_step, gather
+from sim.errors import SpecraceError
+from sim.params import Scenario
+from sim.scheduling import build_schedule
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "minimal-race.schedule.json"
+
+
+def test_minimal_race_timeline(minimal_race: Scenario) -> None:
+    s = build_schedule(minimal_race, 0, minimal_race.default_steps)
+    n, n1 = s.steps[3], s.steps[4]
+    # Step N = 3: F in row 0 decoding with all 3 drafts accepted, R in row 1 prefilling.
+    assert n.req_ids == ["F", "R"]
+    assert n.accepted.tolist() == [4, 1] and n.drafts.tolist() == [3, 0]
+    # F's last token came at step 2 but it is still scheduled at 3 (async batch queue of 2)
+    # and finished at 4.
+    assert "F" in s.steps[3].req_ids and n1.finished == ["F"]
+    # Step N+1: remove F, add Q into F's row, swap R forward; R is a decode of 1 + k.
+    assert [(o.kind, o.a, o.b, o.req_id) for o in n1.ops] == [
+        ("remove", 0, -1, "F"),
+        ("add", 0, -1, "Q"),
+        ("swap", 1, 0, "R"),
+    ]
+    assert n1.req_ids == ["R", "Q"]
+    assert n1.num_scheduled.tolist() == [4, 16]
+    assert n1.prev_positions.tolist() == [1, -1]
+    # R had no drafts at N, so the GPU kernel will not repair it.
+    assert n1.prev_num_draft_tokens.tolist() == [0, 0]
+    assert schedule_mod.first_spec_rows(n, n1).tolist() == [True, False]
+
+
+@pytest.mark.parametrize("land_before,expected_r", [(0, 1), (1, 1), (2, 4), (3, 1)])
+def test_minimal_race_only_add_then_land_then_swap_gives_4(
+    minimal_race: Scenario, land_before: int, expected_r: int
+) -> None:
+    s = build_schedule(minimal_race, 0, minimal_race.default_steps)
+    n, n1 = s.steps[3], s.steps[4]
+    buf = np.ones(8, dtype=np.int64)
+    after = apply_step(buf, n1.ops, n.accepted, land_before)
+    assert gather(after, n1.prev_positions)[0] == expected_r
+
+
+def test_async_off_finishes_one_step_earlier(minimal_race: Scenario) -> None:
+    sync = replace(minimal_race, engine=replace(minimal_race.engine, async_scheduling=False))
+    s = build_schedule(sync, 0, sync.default_steps)
+    assert s.steps[3].finished == ["F"]
+    assert "F" not in s.steps[3].req_ids
+
+
+def test_first_spec_step_follows_final_prefill_chunk(qwen35: Scenario) -> None:
+    s = build_schedule(qwen35, 3, 300)
+    k = qwen35.engine.num_speculative_tokens
+    last: dict[str, tuple[int, int, bool]] = {}  # req -> (step, drafts, discard)
+    checked = 0
+    for rec in s.steps:
+        for row, rid in enumerate(rec.req_ids):
+            prev = last.get(rid)
+            if prev and prev[0] == rec.step - 1 and prev[1] == 0 and not prev[2]:
+                # Final prefill chunk ran at the previous step: now 1 + k tokens.
+                assert rec.num_scheduled[row] == 1 + k and rec.drafts[row] == k
+                checked += 1
+            last[rid] = (rec.step, int(rec.drafts[row]), bool(rec.discard[row]))
+    assert checked > 50
+
+
+def test_chunked_prefill_respects_budget_and_discards_partial_chunks(qwen35: Scenario) -> None:
+    s = build_schedule(qwen35, 5, 300)
+    budget = qwen35.engine.max_num_batched_tokens
+    assert all(int(r.num_scheduled.sum()) <= budget for r in s.steps)
+    partial = [(r, i) for r in s.steps for i in np.flatnonzero(r.discard)]
+    assert partial, "the default workload must chunk some prefills"
+    for rec, i in partial:
+        assert rec.drafts[i] == 0 and rec.accepted[i] == 1
+        assert rec.num_computed[i] + rec.num_scheduled[i] < rec.num_prompt[i]
+        assert rec.req_ids[i] not in rec.prev_req_id_to_index()
+
+
+def test_prev_positions_follow_the_request(qwen35: Scenario) -> None:
+    s = build_schedule(qwen35, 7, 200)
+    for prev, cur in zip(s.steps, s.steps[1:], strict=False):
+        for row, rid in enumerate(cur.req_ids):
+            p = cur.prev_positions[row]
+            if p >= 0:
+                assert prev.req_ids[p] == rid and not prev.discard[p]
+
+
+def test_preemption_removes_and_resumes(qwen35: Scenario) -> None:
+    tight = replace(qwen35, engine=replace(qwen35.engine, kv_cache_capacity_tokens=60_000))
+    s = build_schedule(tight, 1, 300)
+    assert sum(len(r.resumed) for r in s.steps) > 0
+    assert sum(len(r.unscheduled) for r in s.steps) > 0
+
+
+def test_golden_minimal_race(minimal_race: Scenario) -> None:
+    text = schedule_mod.dumps(build_schedule(minimal_race, 0, minimal_race.default_steps))
+    assert text == GOLDEN.read_text(), "regenerate on purpose: make golden"
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(qwen35: Scenario) -> None:
+    def digest(seed: int) -> str:
+        text = schedule_mod.dumps(build_schedule(qwen35, seed, 400))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    assert digest(11) == digest(11)
+    assert digest(11) != digest(12)
+
+
+def test_round_trip(qwen35: Scenario) -> None:
+    s = build_schedule(qwen35, 2, 100)
+    text = schedule_mod.dumps(s)
+    assert schedule_mod.dumps(schedule_mod.loads(text)) == text
+
+
+def test_truncated_and_foreign_schedules_are_clear_errors(qwen35: Scenario) -> None:
+    text = schedule_mod.dumps(build_schedule(qwen35, 2, 50))
+    with pytest.raises(SpecraceError, match="truncated"):
+        schedule_mod.loads(text[: len(text) // 2])
+    with pytest.raises(SpecraceError, match="schema version 99"):
+        schedule_mod.loads(text.replace('"schema_version":1', '"schema_version":99', 1))
+    with pytest.raises(SpecraceError, match="not a specrace schedule"):
+        schedule_mod.loads('{"steps": []}')
