@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint format golden bench clean
 
+bench: $(STAMP)
+	$(BIN)/python -m sim bench
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -14,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/python -m sim schedule --scenario qwen35-mtp3 --seed 0 --out out/demo
+	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""Command line: ``schedule`` now; ``run`` and ``bench`` are added by the timing model.
+"""Command line: ``schedule``, ``run`` and ``bench``.
 
 Every :class:`SpecraceError` becomes one ``error: ...`` line on stderr and exit code 2.
 """
@@ -13,6 +13,7 @@ from sim import schedule as schedule_mod
 from sim.errors import SpecraceError
 from sim.io import atomic_write_text, ensure_out_dir
 from sim.params import Scenario, load_scenario
+from sim.policies import POLICIES, get_policy
 from sim.scheduling import build_schedule
 
 
@@ -55,6 +56,78 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import json
+
+    from sim.run import run_policy, write_run
+
+    names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
+    scenario = load_scenario(args.scenario, _overrides(args.set))
+    steps = args.steps or scenario.default_steps
+    print_parameters(scenario, args.seed)
+    print(f"policy={args.policy} steps={steps}")
+    out = ensure_out_dir(Path(args.out))
+    sched = build_schedule(scenario, args.seed, steps)
+    if len(names) > 1:
+        atomic_write_text(out / "schedule.json", schedule_mod.dumps(sched))
+    summaries = []
+    for name in names:
+        result = run_policy(sched, scenario, POLICIES[name], args.seed, trace=not args.no_trace)
+        target = out / name if len(names) > 1 else out
+        write_run(target, scenario, args.seed, sched, result, write_schedule=len(names) == 1)
+        summaries.append(result.summary)
+    if len(names) > 1:
+        from sim.io import write_json
+
+        write_json(out / "comparison.json", summaries)
+    print_table(summaries)
+    if not scenario.engine.async_scheduling:
+        print("note: async scheduling is off: every policy takes vLLM's synchronous path")
+    if args.json:
+        last = summaries[0] if len(summaries) == 1 else {"policies": summaries}
+        print(json.dumps(last, sort_keys=True))
+    return 0
+
+
+def print_table(summaries: list[dict]) -> None:
+    head = (
+        "policy",
+        "reads",
+        "cpu_wrong",
+        "gpu_wrong",
+        "unlanded",
+        "ownership",
+        "double-permute",
+        "prompt_lost",
+        "corrupted_reqs",
+        "step_ms",
+        "tok/s",
+    )
+    print(" ".join(f"{h:>20}" if i == 0 else f"{h:>14}" for i, h in enumerate(head)))
+    for s in summaries:
+        k = s["by_kind"]
+        cells = (
+            s["policy"],
+            s["reads"],
+            s["cpu_wrong"],
+            s["gpu_wrong"],
+            k.get("unlanded", 0),
+            k.get("ownership", 0),
+            k.get("double-permute", 0),
+            s["prompt_state_lost"],
+            s["corrupted_requests"],
+            f"{s['mean_step_ns'] / 1e6:.3f}",
+            f"{s['tokens_per_s']:.0f}",
+        )
+        print(" ".join(f"{c:>20}" if i == 0 else f"{c!s:>14}" for i, c in enumerate(cells)))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from sim.bench import main as bench_main
+
+    return bench_main(args.steps or 2000)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -65,6 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     s.set_defaults(func=cmd_schedule)
+    r = sub.add_parser("run", help="simulate a scenario under one policy or all")
+    r.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
+    r.add_argument("--policy", default="all", help=f"{', '.join(POLICIES)} or all")
+    r.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", required=True)
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
+    r.set_defaults(func=cmd_run)
+    b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
+    b.add_argument("--steps", type=int, default=0)
+    b.set_defaults(func=cmd_bench)
     return p
 
 

@@ -1,0 +1,140 @@
+"""The per-read verdict: one row per (step, request) that consumed a previous step's count.
+
+For request r in row ``row`` of step N+1 with ``prev_row = prev_positions[row] >= 0``
+(vllm-mechanics.md §11, "Oracle"):
+
+- ``true_count`` = ``accepted_N[prev_row]``;
+- ``cpu_value``: what the CPU put into ``num_accepted_tokens`` (a read of the pinned buffer,
+  or 1 under ``fill1``); ``cpu_wrong`` only for policies that read the buffer;
+- ``gpu_value``: what the GDN kernel consumes (§3 correction kernel or align's CPU value);
+- ``kind`` of a CPU-wrong read: ``unlanded`` (read before step N's DMA landed),
+  ``double-permute`` (landed before the first writing row op, so the moves permuted step N
+  values and the gather permuted them again), ``ownership`` (landed between a write into a
+  row and a later swap that carried the value to another request);
+- ``gdn_slot`` = ``gpu_value - 1`` (the speculative slot the recurrent state is restored
+  from); ``prompt_state_lost``: a wrong count at the first speculative step (no drafts at
+  step N), so the state comes from a slot the prefill never wrote;
+- ``margin_ns``: distance from the DMA landing to the nearest writing row op of step N+1
+  (for ``unlanded``: landing minus read time, positive).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.schedule import Schedule
+from sim.simulate import Model
+
+READ_COLUMNS = {
+    "step": "int64",
+    "req_id": "string",
+    "row": "int32",
+    "prev_row": "int32",
+    "prev_drafts": "int32",
+    "true_count": "int32",
+    "cpu_value": "int32",
+    "gpu_value": "int32",
+    "cpu_wrong": "bool",
+    "gpu_wrong": "bool",
+    "kind": "string",
+    "gdn_slot": "int32",
+    "prompt_state_lost": "bool",
+    "margin_ns": "int64",
+}
+
+
+def build_reads(schedule: Schedule, model: Model) -> pd.DataFrame:
+    parts: list[dict[str, np.ndarray]] = []
+    pol = model.policy
+    for n in range(1, len(schedule.steps)):
+        cur, prev = schedule.steps[n], schedule.steps[n - 1]
+        tim, prev_tim = model.timing[n], model.timing[n - 1]
+        pp = cur.prev_positions
+        rows = np.flatnonzero(pp >= 0)
+        if rows.size == 0:
+            continue
+        src = pp[rows]
+        true = prev.accepted[src]
+        cpu = tim.cpu_counts[rows]
+        prev_drafts = prev.drafts[src]
+        # §3: rows with prev_num_draft_tokens > 0 take valid_sampled_token_count on the GPU.
+        participating = cur.prev_num_draft_tokens[src] > 0
+        gpu = np.where(participating, true, cpu) if pol.gpu_counts == "correction" else cpu
+        cpu_wrong = (cpu != true) if pol.cpu_counts != "fill1" else np.zeros(len(rows), bool)
+        gpu_wrong = gpu != true
+        land, read = prev_tim.land_ns, tim.read_ns
+        writes = [t for t, w in zip(tim.op_write_ns, tim.op_is_write, strict=True) if w]
+        if land < 0 or land > read:
+            kind, margin = "unlanded", (land - read if land >= 0 else -1)
+        else:
+            kind = "ownership" if any(t < land for t in writes) else "double-permute"
+            margin = min((abs(land - t) for t in writes), default=read - land)
+        parts.append(
+            {
+                "step": np.full(len(rows), n),
+                "req_id": np.asarray(cur.req_ids, dtype=object)[rows],
+                "row": rows,
+                "prev_row": src,
+                "prev_drafts": prev_drafts,
+                "true_count": true,
+                "cpu_value": cpu,
+                "gpu_value": gpu,
+                "cpu_wrong": cpu_wrong,
+                "gpu_wrong": gpu_wrong,
+                "kind": np.where(cpu_wrong | gpu_wrong, kind, ""),
+                "gdn_slot": gpu - 1,
+                "prompt_state_lost": gpu_wrong & (prev_drafts == 0) & (gpu > 1),
+                "margin_ns": np.full(len(rows), margin),
+            }
+        )
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS.items()})
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in READ_COLUMNS}
+    return pd.DataFrame(cols).astype(READ_COLUMNS)
+
+
+def summarize(reads: pd.DataFrame, model: Model, schedule: Schedule) -> dict:
+    """The numbers ``python -m sim run`` prints: counts of wrong reads and the run's cost."""
+    wrong = reads[reads["cpu_wrong"] | reads["gpu_wrong"]]
+    by_kind = {k: int(v) for k, v in wrong["kind"].value_counts().sort_index().items()}
+    fwd = [t.forward_start_ns for t in model.timing if t.forward_start_ns >= 0]
+    steps = len(schedule.steps)
+    step_ns = (fwd[-1] - fwd[0]) / (len(fwd) - 1) if len(fwd) > 1 else 0.0
+    tokens = int(sum(int(s.accepted[~s.discard].sum()) for s in schedule.steps))
+    total_ns = max(model.env.now, 1)
+    return {
+        "policy": model.policy.name,
+        "steps": steps,
+        "reads": int(len(reads)),
+        "cpu_wrong": int(reads["cpu_wrong"].sum()),
+        "gpu_wrong": int(reads["gpu_wrong"].sum()),
+        "prompt_state_lost": int(reads["prompt_state_lost"].sum()),
+        "corrupted_requests": int(reads.loc[reads["gpu_wrong"], "req_id"].nunique()),
+        "by_kind": by_kind,
+        "mean_step_ns": round(step_ns, 1),
+        "tokens_per_s": round(tokens / total_ns * 1e9, 1),
+        "event_wait_ns_mean": round(
+            float(np.mean([t.wait_ns for t in model.timing])) if model.timing else 0.0, 1
+        ),
+        "sim_time_ns": int(model.env.now),
+    }
+
+
+TRACE_COLUMNS = ["time_ns", "step", "actor", "event", "row", "value", "req_id"]
+
+
+def build_trace(model: Model) -> pd.DataFrame:
+    rows = model.trace_rows or []
+    df = pd.DataFrame(rows, columns=TRACE_COLUMNS)
+    return df.astype(
+        {
+            "time_ns": "int64",
+            "step": "int64",
+            "actor": "string",
+            "event": "string",
+            "row": "int32",
+            "value": "int64",
+            "req_id": "string",
+        }
+    )

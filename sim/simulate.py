@@ -1,0 +1,282 @@
+"""The SimPy model: *when* everything in a schedule happens, and so what every read returns.
+
+One generator per actor (STYLE.md): :meth:`Model.engine_core`, :meth:`Model.worker_cpu`,
+and the GPU streams of :mod:`sim.cuda` (``default_stream``, the side copy streams
+``valid_sampled_token_count_copy_stream`` and ``async_output_copy_stream``). The pinned
+counts buffer is a numpy array that every writer updates at its SimPy time, with a write
+log in the trace; a read returns the buffer's content at the read's time, so the outcome of
+every interleaving is computed, not guessed. Tie rule: see :mod:`sim.cuda`.
+
+Per step N (vllm-mechanics.md §1, §8, §11):
+
+- engine core: ``schedule(N)`` -> input IPC; under async scheduling ``schedule(N+1)``
+  waits for ``get_output(N-1)`` (GPU drafter(N-1) + output copy + IPC) and
+  ``update_from_output(N-1)``; with async off it waits for step N's output.
+- worker CPU: scheduler output N, ``synchronize_input_prep`` (prepare_inputs_event(N-1)),
+  ``_update_states`` micro-operations in the schedule's order (removes, the cached-request
+  loop, adds, condense moves, swaps, refresh), ``_prepare_inputs`` with the policy's event
+  wait and read, prep + launch of the forward, the deferred correction (waits on
+  valid_sampled_token_count_event(N-1)), then ``sample_tokens(N)`` which enqueues sampler,
+  the counts D2H, the event record and the drafter without waiting (async) or waits for
+  the outputs (async off).
+- default stream: prep(N), forward(N), sample(N), D2H(N) (lands ``dma_land_delay_ns``
+  after sample(N) ends), drafter(N).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from sim.counts_buffer import apply_op
+from sim.cuda import CudaEvent, Stream
+from sim.params import TimingParams
+from sim.policies import SYNC_SCHEDULING, Policy
+from sim.schedule import Schedule
+
+WRITE_OPS = ("add", "move", "swap")
+
+
+@dataclass
+class StepTiming:
+    """What the worker saw in one step, in ns; filled as the simulation runs."""
+
+    op_write_ns: list[int] = field(default_factory=list)
+    op_is_write: list[bool] = field(default_factory=list)
+    read_ns: int = -1
+    wait_ns: int = 0  # time the worker spent blocked on num_accepted_tokens_event
+    forward_start_ns: int = -1
+    sample_end_ns: int = -1
+    land_ns: int = -1
+    cpu_counts: np.ndarray | None = None  # what the CPU put into num_accepted_tokens
+
+
+class Jitter:
+    """Seeded multiplicative jitter, one independent stream per actor."""
+
+    BLOCK = 4096
+
+    def __init__(self, seed: int, actor: int, frac: float) -> None:
+        self.rng = np.random.default_rng([seed, actor])
+        self.frac = frac
+        self._factors: list[float] = []
+
+    def __call__(self, mean_ns: int) -> int:
+        if mean_ns <= 0:
+            return 0
+        if not self._factors:  # draw in blocks: same sequence, far fewer numpy calls
+            u = self.rng.random(self.BLOCK)
+            self._factors = (1.0 + self.frac * (2.0 * u - 1.0)).tolist()[::-1]
+        return int(mean_ns * self._factors.pop())
+
+
+class Model:
+    def __init__(
+        self,
+        schedule: Schedule,
+        timing: TimingParams,
+        policy: Policy,
+        seed: int,
+        trace: bool = True,
+    ) -> None:
+        self.schedule = schedule
+        self.t = timing
+        self.async_scheduling = schedule.async_scheduling
+        self.policy = policy if self.async_scheduling else SYNC_SCHEDULING
+        self.env = simpy.Environment()
+        env = self.env
+        self.trace_rows: list[tuple] | None = [] if trace else None
+        n_steps = len(schedule.steps)
+        self.timing = [StepTiming() for _ in range(n_steps)]
+        self.buf = np.ones(schedule.max_num_reqs, dtype=np.int64)  # num_accepted_tokens_cpu
+        self.private = np.ones(schedule.max_num_reqs, dtype=np.int64)  # #51599's buffer
+        self.jit_engine = Jitter(seed, 1, timing.jitter_frac)
+        self.jit_worker = Jitter(seed, 2, timing.jitter_frac)
+        self.jit_gpu = Jitter(seed, 3, timing.jitter_frac)
+        self.stall_rng = np.random.default_rng([seed, 4])
+        self.default_stream = Stream(env, "default_stream")
+        self.valid_count_stream = Stream(env, "valid_sampled_token_count_copy_stream")
+        self.output_copy_stream = Stream(env, "async_output_copy_stream")
+        self.prepare_inputs_event = CudaEvent(env, "prepare_inputs_event")
+        self.num_accepted_tokens_event = CudaEvent(env, "num_accepted_tokens_event")
+        self.valid_sampled_token_count_event = CudaEvent(env, "valid_sampled_token_count_event")
+        self.sched_arrival = [env.event() for _ in range(n_steps)]
+        self.output_at_engine = [env.event() for _ in range(n_steps)]
+        self.output_on_cpu = [env.event() for _ in range(n_steps)]
+        env.process(self.engine_core())
+        env.process(self.worker_cpu())
+
+    # -- helpers ---------------------------------------------------------------------
+    def log(
+        self, actor: str, event: str, step: int, row: int = -1, value: int = -1, req_id: str = ""
+    ) -> None:
+        if self.trace_rows is not None:
+            self.trace_rows.append((self.env.now, step, actor, event, row, value, req_id))
+
+    def _after(self, delay_ns: int, target: simpy.Event) -> None:
+        """Succeed ``target`` ``delay_ns`` from now (a message in flight)."""
+        self.env.timeout(delay_ns).callbacks.append(lambda _e: target.succeed())
+
+    # -- engine core -----------------------------------------------------------------
+    def engine_core(self):
+        env, t, j = self.env, self.t, self.jit_engine
+        lag = 2 if self.async_scheduling else 1
+        for step, rec in enumerate(self.schedule.steps):
+            need = step - lag + 1  # schedule(step) needs update_from_output(step - lag)
+            if need - 1 >= 0 and step >= lag:
+                done = step - lag
+                yield self.output_at_engine[done]
+                n_prev = self.schedule.steps[done].num_reqs
+                yield env.timeout(j(t.engine_update_ns_per_req * max(n_prev, 1)))
+                self.log("engine_core", "update_from_output", done)
+            yield env.timeout(
+                j(t.engine_schedule_ns_base + t.engine_schedule_ns_per_req * rec.num_reqs)
+            )
+            self.log("engine_core", "schedule", step)
+            self._after(j(t.engine_input_ipc_ns), self.sched_arrival[step])
+
+    # -- worker CPU thread -----------------------------------------------------------
+    def worker_cpu(self):
+        env, t, j = self.env, self.t, self.jit_worker
+        pol = self.policy
+        steps = self.schedule.steps
+        for step, rec in enumerate(steps):
+            tim = self.timing[step]
+            yield self.sched_arrival[step]
+            yield env.timeout(j(t.worker_rpc_dispatch_ns))
+            self.log("worker_cpu", "execute_model", step)
+            yield self.prepare_inputs_event.synchronize()
+            if t.worker_stall_prob and self.stall_rng.random() < t.worker_stall_prob:
+                yield env.timeout(j(t.worker_stall_ns))
+                self.log("worker_cpu", "stall", step)
+            if pol.wait == "before_moves" and step > 0:
+                yield from self._wait_counts(step)
+            yield from self._update_states(step, rec, tim)
+            # _prepare_inputs: prev_positions, then the accepted-count block.
+            yield env.timeout(j(t.worker_prepare_inputs_ns // 2))
+            if pol.wait == "gather" and step > 0:
+                yield from self._wait_counts(step)
+            self._read_counts(step, rec, tim)
+            yield env.timeout(j(t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2))
+            # Launch: prep H2D copies, prepare_inputs_event, then the forward.
+            self.default_stream.enqueue("prep", step, self.jit_gpu(t.gpu_prep_ns))
+            self.prepare_inputs_event.record(self.default_stream, step)
+            yield env.timeout(j(t.worker_launch_ns))
+            fwd = t.gpu_forward_ns_base + t.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
+            item = self.default_stream.enqueue("forward", step, self.jit_gpu(fwd))
+            item.done.callbacks.append(
+                lambda _e, tim=tim, item=item: setattr(tim, "forward_start_ns", item.start_ns)
+            )
+            self.log("worker_cpu", "launch_forward", step)
+            if self.async_scheduling and step > 0:
+                # correct_spec_decode_token_counts: the one remaining per-step sync.
+                yield self.valid_sampled_token_count_event.synchronize()
+            yield env.timeout(j(t.worker_sample_tokens_ns))
+            self._enqueue_sample(step, rec, tim)
+            self.log("worker_cpu", "sample_tokens_return", step)
+            if not self.async_scheduling:
+                yield self.output_on_cpu[step]
+
+    def _wait_counts(self, step: int):
+        start = self.env.now
+        yield self.num_accepted_tokens_event.synchronize()
+        yield self.env.timeout(self.t.worker_event_sync_ns)
+        self.timing[step].wait_ns += self.env.now - start
+        self.log("worker_cpu", "num_accepted_tokens_event.synchronize", step)
+
+    def _update_states(self, step: int, rec, tim: StepTiming):
+        env, t, j = self.env, self.t, self.jit_worker
+        n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
+        cached_loop_done = False
+        dur = {
+            "remove": t.worker_remove_ns,
+            "add": t.worker_add_ns,
+            "move": t.worker_condense_move_ns,
+            "swap": t.worker_swap_ns,
+        }
+        for i, op in enumerate(rec.ops):
+            if op.kind != "remove" and not cached_loop_done:
+                yield env.timeout(j(t.worker_cached_loop_ns_per_req * n_cached))
+                cached_loop_done = True
+            yield env.timeout(j(dur[op.kind]))
+            apply_op(self.buf, op, i, None)
+            tim.op_write_ns.append(env.now)
+            tim.op_is_write.append(op.kind in WRITE_OPS)
+            self.log(
+                "worker_cpu",
+                op.kind,
+                step,
+                op.b if op.kind == "move" else op.a,
+                int(self.buf[op.b if op.kind == "move" else op.a]),
+                op.req_id,
+            )
+        if not cached_loop_done:
+            yield env.timeout(j(t.worker_cached_loop_ns_per_req * n_cached))
+        yield env.timeout(j(t.worker_refresh_metadata_ns))
+
+    def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
+        n = rec.num_reqs
+        pp = rec.prev_positions
+        mode = self.policy.cpu_counts
+        tim.read_ns = self.env.now
+        if mode == "fill1":
+            g = np.ones(n, dtype=np.int64)
+        elif mode == "direct":
+            g = self.buf[:n].copy()
+        else:
+            src = self.private if mode == "private" else self.buf
+            if (pp >= 0).any():
+                g = src[np.maximum(pp, 0)].copy()
+                g[pp < 0] = 1
+            else:  # empty prev_req_id_to_index: vLLM's "use values directly" branch
+                g = src[:n].copy()
+            if mode == "gather":
+                self.buf[:n] = g  # write-back
+        tim.cpu_counts = g
+        self.log("worker_cpu", f"read_counts:{mode}", step, value=n)
+
+    def _enqueue_sample(self, step: int, rec, tim: StepTiming) -> None:
+        t, jg = self.t, self.jit_gpu
+        counts = rec.accepted.copy()
+        s = self.default_stream
+
+        def sampled(now: int) -> None:
+            tim.sample_end_ns = now
+            self.log("default_stream", "sample_end", step)
+
+        def landed(now: int) -> None:
+            tim.land_ns = now
+            self.buf[: len(counts)] = counts
+            self.private[: len(counts)] = counts
+            self.log("default_stream", "counts_d2h_land", step, value=len(counts))
+
+        s.enqueue("sample", step, jg(t.gpu_sample_ns), on_done=sampled)
+        s.enqueue("counts_d2h", step, jg(t.dma_land_delay_ns), on_done=landed)
+        self.num_accepted_tokens_event.record(s, step)
+        marker = s.enqueue("prepare_next_token_ids", step, 0)
+        self.valid_count_stream.enqueue(
+            "valid_count_d2h", step, jg(t.dma_land_delay_ns), wait_for=marker.done
+        )
+        self.valid_sampled_token_count_event.record(self.valid_count_stream, step)
+        drafter = s.enqueue("drafter", step, jg(t.gpu_drafter_ns))
+        out = self.output_copy_stream.enqueue(
+            "output_d2h", step, jg(t.dma_land_delay_ns), wait_for=drafter.done
+        )
+        out.done.callbacks.append(lambda _e: self.output_on_cpu[step].succeed())
+        self._after_event(out.done, t.engine_output_ipc_ns, self.output_at_engine[step])
+
+    def _after_event(self, ev: simpy.Event, delay_ns: int, target: simpy.Event) -> None:
+        ev.callbacks.append(lambda _e: self._after(self.jit_engine(delay_ns), target))
+
+    def run(self) -> None:
+        self.env.run()
+
+
+def simulate(
+    schedule: Schedule, timing: TimingParams, policy: Policy, seed: int, trace: bool = True
+) -> Model:
+    model = Model(schedule, timing, policy, seed, trace)
+    model.run()
+    return model

@@ -1,0 +1,52 @@
+"""Swarm: the fixed policies and async-off consume no wrong count over >= 10^5 steps each."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from sim.params import load_scenario
+from sim.policies import POLICIES
+from sim.run import run_policy
+from sim.scheduling import build_schedule
+from sim.swarm import draw_timing
+
+SEEDS = 50
+STEPS = 2000  # 50 * 2000 = 10^5 steps per policy
+
+pytestmark = pytest.mark.slow
+
+
+def test_swarm_fixed_policies_never_consume_a_wrong_count() -> None:
+    base = load_scenario("qwen35-mtp3")
+    sync = replace(base, engine=replace(base.engine, async_scheduling=False))
+    steps = {
+        name: 0
+        for name in ("device-authoritative", "private-buffer", "sync-before-moves", "async-off")
+    }
+    racy_wrong = 0
+    for seed in range(SEEDS):
+        timing = draw_timing(base.timing, seed)
+        sc = replace(base, timing=timing)
+        sched = build_schedule(sc, seed, STEPS)
+        for name in ("device-authoritative", "private-buffer", "sync-before-moves"):
+            s = run_policy(sched, sc, POLICIES[name], seed, trace=False).summary
+            assert s["gpu_wrong"] == 0, (name, seed, s)
+            steps[name] += s["steps"]
+        if seed % 10 == 0:  # the racy control: the swarm does reach the race
+            racy_wrong += run_policy(sched, sc, POLICIES["unsynced"], seed, trace=False).summary[
+                "gpu_wrong"
+            ]
+        sc_sync = replace(sync, timing=timing)
+        s = run_policy(
+            build_schedule(sc_sync, seed, STEPS),
+            sc_sync,
+            POLICIES["synced-gather"],
+            seed,
+            trace=False,
+        ).summary
+        assert s["gpu_wrong"] == 0 and s["cpu_wrong"] == 0, ("async-off", seed, s)
+        steps["async-off"] += s["steps"]
+    assert min(steps.values()) >= 100_000
+    assert racy_wrong > 0
