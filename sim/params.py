@@ -9,6 +9,7 @@ the file.
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 import types
 import typing
@@ -274,8 +275,8 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
 
 def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
     """Re-validate a scenario with ``section.key=value`` overrides applied."""
-    raw = scenario.to_dict()
-    raw["workload"]["requests"] = [dict(r) for r in raw["workload"]["requests"]]
+    raw = json.loads(json.dumps(scenario.to_dict()))  # tuples -> lists, as TOML gives
+    del raw["name"]
     for key, text in overrides.items():
         _apply_override(raw, key, text, "--set")
     return scenario_from_dict(raw, scenario.name, f"scenario {scenario.name} with --set")
@@ -287,12 +288,15 @@ def _apply_override(raw: dict[str, Any], key: str, text: str, origin: object) ->
         raise SpecraceError(
             f"--set {key}: expected section.key with section engine|workload|timing"
         )
-    section = raw.setdefault(parts[0], {})
+    raw.setdefault(parts[0], {})[parts[1]] = parse_value(text)
+
+
+def parse_value(text: str) -> Any:
+    """A TOML value (``3``, ``0.5``, ``true``, ``[1, 2]``); a bare word is a string."""
     try:
-        value = tomllib.loads(f"v = {text}")["v"]
+        return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
-        value = text  # a bare word is a string
-    section[parts[1]] = value
+        return text
 
 
 def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:

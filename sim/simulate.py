@@ -124,8 +124,7 @@ class Model:
         env, t, j = self.env, self.t, self.jit_engine
         lag = 2 if self.async_scheduling else 1
         for step, rec in enumerate(self.schedule.steps):
-            need = step - lag + 1  # schedule(step) needs update_from_output(step - lag)
-            if need - 1 >= 0 and step >= lag:
+            if step >= lag:  # schedule(step) needs update_from_output(step - lag) first
                 done = step - lag
                 yield self.output_at_engine[done]
                 n_prev = self.schedule.steps[done].num_reqs
