@@ -168,6 +168,26 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perfetto(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from sim.perfetto import dumps
+
+    src = Path(args.dir) / "trace.parquet"
+    if not src.is_file():
+        raise SpecraceError(f"{src} not found (run `python -m sim run` without --no-trace)")
+    try:
+        trace = pd.read_parquet(src)
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise SpecraceError(
+            f"{src}: unreadable or truncated Parquet ({type(e).__name__})"
+        ) from None
+    out = Path(args.dir) / "trace.perfetto.json"
+    atomic_write_text(out, dumps(trace))
+    print(f"wrote {out}: open it in ui.perfetto.dev")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -202,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--x", default="", help="swept column for the x axis")
     pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
     pl.set_defaults(func=cmd_plot)
+    pf = sub.add_parser("perfetto", help="trace.parquet -> trace.perfetto.json")
+    pf.add_argument("dir", help="a run directory")
+    pf.set_defaults(func=cmd_perfetto)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=int, default=0)
     b.set_defaults(func=cmd_bench)

@@ -38,9 +38,15 @@ class WorkItem:
 class Stream:
     """An in-order GPU queue: one SimPy process per stream (``default_stream``, ...)."""
 
-    def __init__(self, env: simpy.Environment, name: str) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        on_item: Callable[[Stream, WorkItem], None] | None = None,
+    ) -> None:
         self.env = env
         self.name = name
+        self.on_item = on_item  # called after each item completes (tracing)
         # A deque plus one wake-up event: cheaper than simpy.Store's put/get events.
         self._queue: deque[WorkItem] = deque()
         self._wakeup: simpy.Event | None = None
@@ -82,6 +88,8 @@ class Stream:
             self.busy_ns += item.duration_ns
             if item.on_done is not None:
                 item.on_done(env.now)
+            if self.on_item is not None:
+                self.on_item(self, item)
             item.done.succeed(env.now)
 
 

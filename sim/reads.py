@@ -121,14 +121,16 @@ def summarize(reads: pd.DataFrame, model: Model, schedule: Schedule) -> dict:
     }
 
 
-TRACE_COLUMNS = ["time_ns", "step", "actor", "event", "row", "value", "req_id"]
+TRACE_COLUMNS = ["time_ns", "dur_ns", "step", "actor", "event", "row", "value", "req_id"]
 
 
 def build_trace(model: Model) -> pd.DataFrame:
     rows = model.trace_rows or []
     df = pd.DataFrame(rows, columns=TRACE_COLUMNS)
+    df = df.sort_values(["time_ns", "actor"], kind="stable").reset_index(drop=True)
     return df.astype(
         {
+            "dur_ns": "int64",
             "time_ns": "int64",
             "step": "int64",
             "actor": "string",

@@ -96,9 +96,10 @@ class Model:
         self.jit_worker = Jitter(seed, 2, timing.jitter_frac)
         self.jit_gpu = Jitter(seed, 3, timing.jitter_frac)
         self.stall_rng = np.random.default_rng([seed, 4])
-        self.default_stream = Stream(env, "default_stream")
-        self.valid_count_stream = Stream(env, "valid_sampled_token_count_copy_stream")
-        self.output_copy_stream = Stream(env, "async_output_copy_stream")
+        on_item = self._log_stream_item if trace else None
+        self.default_stream = Stream(env, "default_stream", on_item)
+        self.valid_count_stream = Stream(env, "valid_sampled_token_count_copy_stream", on_item)
+        self.output_copy_stream = Stream(env, "async_output_copy_stream", on_item)
         self.prepare_inputs_event = CudaEvent(env, "prepare_inputs_event")
         self.num_accepted_tokens_event = CudaEvent(env, "num_accepted_tokens_event")
         self.valid_sampled_token_count_event = CudaEvent(env, "valid_sampled_token_count_event")
@@ -110,10 +111,34 @@ class Model:
 
     # -- helpers ---------------------------------------------------------------------
     def log(
-        self, actor: str, event: str, step: int, row: int = -1, value: int = -1, req_id: str = ""
+        self,
+        actor: str,
+        event: str,
+        step: int,
+        row: int = -1,
+        value: int = -1,
+        req_id: str = "",
+        start: int | None = None,
     ) -> None:
+        """One trace row; with ``start`` it is a span from ``start`` to now."""
         if self.trace_rows is not None:
-            self.trace_rows.append((self.env.now, step, actor, event, row, value, req_id))
+            t0 = self.env.now if start is None else start
+            self.trace_rows.append((t0, self.env.now - t0, step, actor, event, row, value, req_id))
+
+    def _log_stream_item(self, stream: Stream, item) -> None:
+        if self.trace_rows is not None and item.duration_ns:
+            self.trace_rows.append(
+                (
+                    item.start_ns,
+                    item.end_ns - item.start_ns,
+                    item.step,
+                    stream.name,
+                    item.name,
+                    -1,
+                    -1,
+                    "",
+                )
+            )
 
     def _after(self, delay_ns: int, target: simpy.Event) -> None:
         """Succeed ``target`` ``delay_ns`` from now (a message in flight)."""
@@ -128,12 +153,14 @@ class Model:
                 done = step - lag
                 yield self.output_at_engine[done]
                 n_prev = self.schedule.steps[done].num_reqs
+                t0 = env.now
                 yield env.timeout(j(t.engine_update_ns_per_req * max(n_prev, 1)))
-                self.log("engine_core", "update_from_output", done)
+                self.log("engine_core", "update_from_output", done, start=t0)
+            t0 = env.now
             yield env.timeout(
                 j(t.engine_schedule_ns_base + t.engine_schedule_ns_per_req * rec.num_reqs)
             )
-            self.log("engine_core", "schedule", step)
+            self.log("engine_core", "schedule", step, start=t0)
             self._after(j(t.engine_input_ipc_ns), self.sched_arrival[step])
 
     # -- worker CPU thread -----------------------------------------------------------
@@ -143,38 +170,48 @@ class Model:
         steps = self.schedule.steps
         for step, rec in enumerate(steps):
             tim = self.timing[step]
+            t0 = env.now
             yield self.sched_arrival[step]
+            self.log("worker_cpu", "wait_scheduler_output", step, start=t0)
             yield env.timeout(j(t.worker_rpc_dispatch_ns))
-            self.log("worker_cpu", "execute_model", step)
+            t0 = env.now
             yield self.prepare_inputs_event.synchronize()
+            self.log("worker_cpu", "synchronize_input_prep", step, start=t0)
             if t.worker_stall_prob and self.stall_rng.random() < t.worker_stall_prob:
+                t0 = env.now
                 yield env.timeout(j(t.worker_stall_ns))
-                self.log("worker_cpu", "stall", step)
+                self.log("worker_cpu", "stall", step, start=t0)
             if pol.wait == "before_moves" and step > 0:
                 yield from self._wait_counts(step)
             yield from self._update_states(step, rec, tim)
             # _prepare_inputs: prev_positions, then the accepted-count block.
+            t0 = env.now
             yield env.timeout(j(t.worker_prepare_inputs_ns // 2))
             if pol.wait == "gather" and step > 0:
                 yield from self._wait_counts(step)
             self._read_counts(step, rec, tim)
             yield env.timeout(j(t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2))
+            self.log("worker_cpu", "_prepare_inputs", step, start=t0)
             # Launch: prep H2D copies, prepare_inputs_event, then the forward.
             self.default_stream.enqueue("prep", step, self.jit_gpu(t.gpu_prep_ns))
             self.prepare_inputs_event.record(self.default_stream, step)
+            t0 = env.now
             yield env.timeout(j(t.worker_launch_ns))
+            self.log("worker_cpu", "launch", step, start=t0)
             fwd = t.gpu_forward_ns_base + t.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
             item = self.default_stream.enqueue("forward", step, self.jit_gpu(fwd))
             item.done.callbacks.append(
                 lambda _e, tim=tim, item=item: setattr(tim, "forward_start_ns", item.start_ns)
             )
-            self.log("worker_cpu", "launch_forward", step)
             if self.async_scheduling and step > 0:
                 # correct_spec_decode_token_counts: the one remaining per-step sync.
+                t0 = env.now
                 yield self.valid_sampled_token_count_event.synchronize()
+                self.log("worker_cpu", "correct_spec_decode_token_counts", step, start=t0)
+            t0 = env.now
             yield env.timeout(j(t.worker_sample_tokens_ns))
             self._enqueue_sample(step, rec, tim)
-            self.log("worker_cpu", "sample_tokens_return", step)
+            self.log("worker_cpu", "sample_tokens", step, start=t0)
             if not self.async_scheduling:
                 yield self.output_on_cpu[step]
 
@@ -183,7 +220,7 @@ class Model:
         yield self.num_accepted_tokens_event.synchronize()
         yield self.env.timeout(self.t.worker_event_sync_ns)
         self.timing[step].wait_ns += self.env.now - start
-        self.log("worker_cpu", "num_accepted_tokens_event.synchronize", step)
+        self.log("worker_cpu", "num_accepted_tokens_event.synchronize", step, start=start)
 
     def _update_states(self, step: int, rec, tim: StepTiming):
         env, t, j = self.env, self.t, self.jit_worker
@@ -195,25 +232,27 @@ class Model:
             "move": t.worker_condense_move_ns,
             "swap": t.worker_swap_ns,
         }
+        t_update = env.now
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_loop_done:
-                yield env.timeout(j(t.worker_cached_loop_ns_per_req * n_cached))
+                yield from self._cached_loop(step, n_cached)
                 cached_loop_done = True
+            t0 = env.now
             yield env.timeout(j(dur[op.kind]))
             apply_op(self.buf, op, i, None)
             tim.op_write_ns.append(env.now)
             tim.op_is_write.append(op.kind in WRITE_OPS)
-            self.log(
-                "worker_cpu",
-                op.kind,
-                step,
-                op.b if op.kind == "move" else op.a,
-                int(self.buf[op.b if op.kind == "move" else op.a]),
-                op.req_id,
-            )
+            row = op.b if op.kind == "move" else op.a
+            self.log("worker_cpu", op.kind, step, row, int(self.buf[row]), op.req_id, start=t0)
         if not cached_loop_done:
-            yield env.timeout(j(t.worker_cached_loop_ns_per_req * n_cached))
+            yield from self._cached_loop(step, n_cached)
         yield env.timeout(j(t.worker_refresh_metadata_ns))
+        self.log("worker_cpu", "_update_states", step, start=t_update)
+
+    def _cached_loop(self, step: int, n_cached: int):
+        t0 = self.env.now
+        yield self.env.timeout(self.jit_worker(self.t.worker_cached_loop_ns_per_req * n_cached))
+        self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
         n = rec.num_reqs
@@ -243,7 +282,6 @@ class Model:
 
         def sampled(now: int) -> None:
             tim.sample_end_ns = now
-            self.log("default_stream", "sample_end", step)
 
         def landed(now: int) -> None:
             tim.land_ns = now

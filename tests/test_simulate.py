@@ -156,3 +156,42 @@ def test_unknown_policy_is_one_line(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and r.stderr.startswith("error: unknown policy 'yolo'")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
+    import json
+
+    res = minimal(20_000, "synced-gather")
+    t = res.trace
+    ops = t[(t.step == 4) & t.event.isin(["remove", "add", "swap"])]
+    assert ops.event.tolist() == ["remove", "add", "swap"]
+    assert (ops.dur_ns > 0).all() and ops.time_ns.is_monotonic_increasing
+    land = t[(t.event == "counts_d2h_land") & (t.step == 3)].time_ns.item()
+    add_end = (ops.time_ns + ops.dur_ns)[ops.event == "add"].item()
+    swap_end = (ops.time_ns + ops.dur_ns)[ops.event == "swap"].item()
+    assert add_end < land < swap_end  # the race window, read back from the trace
+    write_run(
+        tmp_path,
+        load_scenario("minimal-race"),
+        0,
+        build_schedule(load_scenario("minimal-race"), 0, 8),
+        res,
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "perfetto", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    events = json.loads((tmp_path / "trace.perfetto.json").read_text())["traceEvents"]
+    assert any(e.get("ph") == "X" and e["name"] == "swap [4]" for e in events)
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "perfetto", str(tmp_path / "none")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "trace.parquet" in r.stderr
