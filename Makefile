@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint format golden bench clean
+.PHONY: demo test conformance lint format golden bench clean
 
 bench: $(STAMP)
 	$(BIN)/python -m sim bench
@@ -19,16 +19,23 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo
 
+# The main suite, then the conformance suite against vLLM's real InputBatch in its own env.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+	$(MAKE) conformance
+
+conformance:
+	bash tests/conformance/setup.sh
+	.cache/vllm-env/bin/python -m pytest -q --confcutdir=tests/conformance tests/conformance
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check sim tests
+	$(BIN)/ruff format --check .
 
 format: $(STAMP)
-	$(BIN)/ruff format sim tests
+	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 # Regenerate the golden files on purpose (tests compare against them).
