@@ -1,0 +1,193 @@
+"""`python -m gpu_check {recall,padding,bench}`.
+
+Bad input gives one `gpu_check: error: ...` line on stderr and exit status 2. torch is imported
+only by the subcommands that need it, so `padding` (without --device cuda) runs without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from gpu_check.padding import padding_report, plan_padding
+from gpu_check.tables import format_table
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print the usage block too
+        raise UsageError(message)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(_positive(t) for t in text.split(","))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m gpu_check", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("recall", help="associative recall with true vs wrong accepted counts")
+    r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    r.add_argument("--impl", help="comma list of reference,triton,fla (default per device)")
+    r.add_argument("--dtype", choices=("float32", "bfloat16"), help="input dtype")
+    r.add_argument("--num-reqs", type=_positive)
+    r.add_argument("--k", type=_positive, help="draft tokens per step (num_speculative_tokens)")
+    r.add_argument("--pairs", type=_positive, help="key->value pairs written by the prefill")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", action="store_true")
+
+    d = sub.add_parser("padding", help="FULL-cudagraph GDN metadata shapes before/after #45100")
+    d.add_argument("--num-reqs", type=_positive, required=True)
+    d.add_argument("--k", type=_positive, required=True)
+    d.add_argument("--max-num-seqs", type=_positive, default=256)
+    d.add_argument("--max-num-batched-tokens", type=_positive, default=8192)
+    d.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: also capture and replay a CUDA graph per rule")  # fmt: skip
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("bench", help="time our kernel and fla's against the copy floor (CUDA)")
+    b.add_argument("--ns", type=_int_list, default=None, help="comma list of batch sizes N")
+    b.add_argument("--k", type=_positive, default=3)
+    b.add_argument("--out", help="directory for NAME.csv and NAME_summary.json")
+    b.add_argument("--name", default="bench", help="file stem under --out (default: bench)")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
+    b.add_argument("--json", action="store_true")
+    return p
+
+
+def _check_input(fn, *args):
+    """Run a validating call; its ValueError is a usage error, reported as one line."""
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _need_cuda() -> None:
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("this needs torch with a CUDA device; torch is not installed") from None
+    if not torch.cuda.is_available():
+        raise UsageError("this needs a CUDA device and none is available")
+
+
+def cmd_recall(args: argparse.Namespace) -> str:
+    import torch
+
+    from gpu_check.recall import CPU_CONFIG, GPU_CONFIG, IMPLS, run_recall
+
+    cuda = args.device == "cuda"
+    if cuda:
+        _need_cuda()
+    impls = tuple(args.impl.split(",")) if args.impl else (
+        ("triton", "fla", "reference") if cuda else ("reference",)
+    )  # fmt: skip
+    if set(impls) - set(IMPLS):
+        raise UsageError(f"--impl takes a comma list of {','.join(IMPLS)}; got {args.impl!r}")
+    if not cuda and set(impls) - {"reference"} and os.environ.get("TRITON_INTERPRET") != "1":
+        raise UsageError("on the CPU, --impl triton/fla need TRITON_INTERPRET=1")
+    cfg = GPU_CONFIG if cuda else CPU_CONFIG
+    overrides = {"num_reqs": args.num_reqs, "num_spec": args.k, "num_pairs": args.pairs}
+    cfg = type(cfg)(**(vars(cfg) | {k: v for k, v in overrides.items() if v} | {"seed": args.seed}))
+    _check_input(cfg.validate)
+    dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
+    result = run_recall(cfg, device=args.device, impls=impls, dtype=dtype)
+    if args.json:
+        return json.dumps(result, indent=2)
+    cols = ["impl", "true_count", "count_used", "recall_acc", "out_rel_err",
+            "slot0_state_rel_change", "next_step_recall_acc", "conv_out_rel_err"]  # fmt: skip
+    return f"recall config: {result['config']}\n" + format_table(result["rows"], cols)
+
+
+def cmd_padding(args: argparse.Namespace) -> str:
+    plan = _check_input(
+        plan_padding, args.num_reqs, args.k, args.max_num_seqs, args.max_num_batched_tokens
+    )
+    report = padding_report(plan)
+    if args.device == "cuda":
+        _need_cuda()
+        from gpu_check.padding_graph import graph_padding_check
+
+        report["graph_check"] = graph_padding_check(plan, seed=args.seed)
+    if args.json:
+        return json.dumps(report, indent=2)
+    return _padding_text(report)
+
+
+def _padding_text(report: dict) -> str:
+    head = (
+        f"{report['num_reqs']} reqs x (1+{report['num_spec']}) = {report['num_tokens']} tokens"
+        f" -> padded {report['num_tokens_padded']} tokens / {report['num_reqs_padded']} reqs"
+    )
+    if not report["full_cudagraph"]:
+        return head + "\n" + report["note"]
+    rows = [report[key] | {"when": key} | report[key]["shapes"] for key in ("before", "after")]
+    for row in rows:
+        row.update(report.get("graph_check", {}).get(row["batch_size_rule"], {}))
+    cols = ["when", "batch_size_rule", "batch_size", "spec_state_indices",
+            "spec_query_start_loc", "tail_rows"]  # fmt: skip
+    if "graph_check" in report:
+        cols += ["ok", "replay_us_median"]
+    return f"{head}\nfake rows: {report['fake_rows']}\n" + format_table(rows, cols)
+
+
+def cmd_bench(args: argparse.Namespace) -> str:
+    _need_cuda()
+    from gpu_check.bench import NS, environment, run_bench, summarize
+    from gpu_check.store import write_csv, write_json
+
+    rows, bw = run_bench(ns=args.ns or NS, k=args.k, seed=args.seed, sweep=args.sweep)
+    summary = summarize(rows, bw, environment())
+    if args.out:
+        write_csv(rows, os.path.join(args.out, f"{args.name}.csv"))
+        write_json(summary, os.path.join(args.out, f"{args.name}_summary.json"))
+    if args.json:
+        return json.dumps(summary, indent=2)
+    cols = ["pool_dtype", "N", "floor_us", "slot_copy_us", "ours_us", "ours_ratio_to_floor",
+            "fla_us", "fla_ratio_to_floor", "ours_ratio_to_fla", "best_variant",
+            "best_ours_us"]  # fmt: skip
+    verdict = (
+        f"target floor met: {summary['target_floor_met']}; fla met: {summary['target_fla_met']}"
+    )
+    return (
+        f"{summary['device']}  copy {summary['copy_bw_GBps']:.0f} GB/s\n"
+        + format_table(summary["cases"], cols)
+        + "\n"
+        + verdict
+    )
+
+
+COMMANDS = {"recall": cmd_recall, "padding": cmd_padding, "bench": cmd_bench}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        print(COMMANDS[args.cmd](args))
+    except UsageError as exc:
+        print(f"gpu_check: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
