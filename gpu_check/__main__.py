@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--json", action="store_true")
 
+    m = sub.add_parser("summary", help="the README's GPU tables from committed data/bench")
+    m.add_argument("--dir", default="data/bench")
+
     b = sub.add_parser("bench", help="time our kernel and fla's against the copy floor (CUDA)")
     b.add_argument("--ns", type=_int_list, default=None, help="comma list of batch sizes N")
     b.add_argument("--k", type=_positive, default=3)
@@ -176,7 +179,20 @@ def cmd_bench(args: argparse.Namespace) -> str:
     )
 
 
-COMMANDS = {"recall": cmd_recall, "padding": cmd_padding, "bench": cmd_bench}
+def cmd_summary(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.summary import summary_markdown
+
+    return _check_input(summary_markdown, Path(args.dir))
+
+
+COMMANDS = {
+    "recall": cmd_recall,
+    "padding": cmd_padding,
+    "bench": cmd_bench,
+    "summary": cmd_summary,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
