@@ -62,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--json", action="store_true")
 
+    y = sub.add_parser("replay", help="replay a schedule's row ops against a real D2H copy")
+    y.add_argument("--scenario", default="minimal-race", help="built-in name or TOML path")
+    y.add_argument("--policy", default="all", help="comma list of policies, or all")
+    y.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
+    y.add_argument("--reps", type=_positive, default=1, help="replay the steps this many times")
+    y.add_argument("--seed", type=int, default=0)
+    y.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: scripted landings, no hardware (tests the replay itself)",
+    )
+    y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
+    y.add_argument("--out", required=True)
+
     m = sub.add_parser("summary", help="the README's GPU tables from committed data/bench")
     m.add_argument("--dir", default="data/bench")
 
@@ -179,6 +194,14 @@ def cmd_bench(args: argparse.Namespace) -> str:
     )
 
 
+def cmd_replay(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.replay_cli import run_replay_command
+
+    return run_replay_command(args, Path(args.out), _need_cuda, UsageError)
+
+
 def cmd_summary(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -192,6 +215,7 @@ COMMANDS = {
     "padding": cmd_padding,
     "bench": cmd_bench,
     "summary": cmd_summary,
+    "replay": cmd_replay,
 }
 
 

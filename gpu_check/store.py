@@ -1,4 +1,4 @@
-"""All of gpu_check's file output (JSON and CSV); the CLI is its only caller."""
+"""All of gpu_check's file output (JSON, CSV, Parquet), written atomically via ``sim.io``."""
 
 from __future__ import annotations
 
@@ -6,23 +6,27 @@ import csv
 import json
 from pathlib import Path
 
+from sim.io import atomic_write, atomic_write_text
+
 __all__ = ["write_csv", "write_json"]
 
 
 def write_json(obj: object, path: str | Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
     return path
 
 
 def write_csv(rows: list[dict], path: str | Path) -> Path:
     """Rows as CSV; columns in first-seen order over all rows."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     cols = list(dict.fromkeys(c for r in rows for c in r))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=cols)
-        writer.writeheader()
-        writer.writerows(rows)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=cols)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
     return path

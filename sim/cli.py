@@ -188,6 +188,16 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sim.compare import agreement, by_landing, read_observed
+
+    observed = read_observed(Path(args.dir))
+    print(agreement(observed).to_string(index=False))
+    if args.req_id:
+        print(by_landing(observed, args.req_id, args.step).to_string(index=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -225,6 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     pf = sub.add_parser("perfetto", help="trace.parquet -> trace.perfetto.json")
     pf.add_argument("dir", help="a run directory")
     pf.set_defaults(func=cmd_perfetto)
+    c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
+    c.add_argument("dir", help="a replay directory")
+    c.add_argument("--req-id", default="", help="also: what this request read, by landing")
+    c.add_argument("--step", type=int, default=4)
+    c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=int, default=0)
     b.set_defaults(func=cmd_bench)

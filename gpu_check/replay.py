@@ -1,0 +1,249 @@
+"""Replay a schedule's row operations on real pinned memory against a real non-blocking D2H.
+
+For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer preset):
+
+1. the pinned buffer ``num_accepted_tokens_cpu`` (int32, ``pin_memory``) is preset to what
+   step N's gather left in it (or the private buffer of #51599, per policy);
+2. on the default stream: a spin kernel whose length puts the landing at a drawn offset, then
+   ``P[0 : 1 + n_N].copy_(counts_gpu, non_blocking=True)`` and an event record. ``P[0]`` is a
+   landing tag carried by the *same* copy, so the host sees exactly when the counts landed;
+3. the host thread performs step N+1's row operations on the real buffer (numpy on the pinned
+   memory), each at its offset from the scenario's timing (busy-wait), reading the tag right
+   before each store; then the policy's wait and read (gather, direct, private, fill 1).
+
+The observed landing position (before which op the tag was first seen; ``n_ops`` after the
+last; -1 not landed at the read) is fed to ``sim.counts_buffer`` to predict what the read
+returns; ``agree`` says whether real memory returned exactly that. A landing inside one op (a
+sub-microsecond window) can disagree; that is what the column is for.
+
+Backends: :class:`CudaCounts` (torch, real pinned memory and streams) and
+:class:`ScriptedCounts` (CPU, lands before a chosen op: tests the replay logic in CI).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from sim.counts_buffer import apply_op, apply_step, gather
+from sim.params import TimingParams
+from sim.policies import Policy
+from sim.schedule import Schedule, StepRecord
+
+
+class CountsDevice(Protocol):
+    buf: np.ndarray  # the InputBatch buffer rows (view of pinned memory)
+    private: np.ndarray  # #51599's runner-private target
+
+    def reset(self, prior: np.ndarray, step: int) -> None: ...
+    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None: ...
+    def poll(self, op_index: int) -> bool: ...  # landed (tag visible) right now?
+    def synchronize(self) -> None: ...
+
+
+class ScriptedCounts:
+    """CPU stand-in: the copy lands right before op ``land_before`` (-1: never, before the
+    read). Exercises every line of the replay except the hardware timing."""
+
+    def __init__(self, max_num_reqs: int, land_before: list[int]) -> None:
+        self.buf = np.ones(max_num_reqs, dtype=np.int32)
+        self.private = np.ones(max_num_reqs, dtype=np.int32)
+        self._plan = list(land_before)
+        self._counts: np.ndarray | None = None
+        self._landed = False
+
+    def reset(self, prior: np.ndarray, step: int) -> None:
+        self.buf[:] = prior
+        self.private[:] = prior
+        self._landed = False
+
+    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None:
+        self._counts, self._private = counts, private
+        self._target = self._plan.pop(0)
+
+    def poll(self, op_index: int) -> bool:
+        if not self._landed and self._target >= 0 and op_index >= self._target:
+            self._land()
+        return self._landed
+
+    def synchronize(self) -> None:
+        if not self._landed:
+            self._land()
+
+    def _land(self) -> None:
+        dst = self.private if self._private else self.buf
+        dst[: len(self._counts)] = self._counts
+        self._landed = True
+
+
+class CudaCounts:
+    """Real pinned memory, a real non-blocking D2H on the default stream, a real event."""
+
+    def __init__(self, max_num_reqs: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.shared = torch.ones(1 + max_num_reqs, dtype=torch.int32, pin_memory=True)
+        self.priv = torch.ones(1 + max_num_reqs, dtype=torch.int32, pin_memory=True)
+        self.buf = self.shared.numpy()[1:]
+        self.private = self.priv.numpy()[1:]
+        self._tag_views = (self.shared.numpy(), self.priv.numpy())
+        self.counts_gpu = torch.zeros(1 + max_num_reqs, dtype=torch.int32, device="cuda")
+        self.event = torch.cuda.Event()
+        self.ns_per_cycle = self._calibrate_spin()
+        self._tag = 0
+
+    def _calibrate_spin(self) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # warm-up
+        start.record()
+        torch.cuda._sleep(1_000_000)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e6 / 1_000_000
+
+    def reset(self, prior: np.ndarray, step: int) -> None:
+        self.torch.cuda.synchronize()
+        self.buf[:] = prior
+        self.private[:] = prior
+        self._tag_views[0][0] = self._tag_views[1][0] = 0
+        self._tag = step + 1
+
+    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None:
+        torch = self.torch
+        n = len(counts)
+        host = torch.from_numpy(np.concatenate([[self._tag], counts]).astype(np.int32))
+        self.counts_gpu[: 1 + n].copy_(host)  # upload first, then the race starts
+        torch.cuda.synchronize()
+        self._view = self._tag_views[1 if private else 0]
+        dst = self.priv if private else self.shared
+        if spin_ns > 0:
+            torch.cuda._sleep(int(spin_ns / self.ns_per_cycle))
+        dst[: 1 + n].copy_(self.counts_gpu[: 1 + n], non_blocking=True)
+        self.event.record()
+
+    def poll(self, op_index: int) -> bool:
+        return int(self._view[0]) == self._tag
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    timing: TimingParams
+    seed: int = 0
+    slack_ns: int = 40_000  # landing offsets drawn over the op window plus this on each side
+    launch_ns: int = 30_000  # typical launch -> landing time with no spin (calibrated on GPU)
+
+
+def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:
+    """End time of each row op after the launch, as the timing model lays them out."""
+    dur = {"remove": t.worker_remove_ns, "add": t.worker_add_ns,
+           "move": t.worker_condense_move_ns, "swap": t.worker_swap_ns}  # fmt: skip
+    n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
+    out, now, loop_done = [], 0, False
+    for op in rec.ops:
+        if op.kind != "remove" and not loop_done:
+            now += t.worker_cached_loop_ns_per_req * n_cached
+            loop_done = True
+        now += dur[op.kind]
+        out.append(now)
+    return np.asarray(out, dtype=np.int64)
+
+
+def prior_buffer(schedule: Schedule, n: int) -> np.ndarray:
+    """What step n-1's correct gather left in B: step n-2's counts in step n-1's layout."""
+    buf = np.ones(schedule.max_num_reqs, dtype=np.int32)
+    prev = schedule.steps[n - 1]
+    if n >= 2:
+        pp = prev.prev_positions
+        vals = np.where(pp >= 0, schedule.steps[n - 2].accepted[np.maximum(pp, 0)], 1)
+        buf[: prev.num_reqs] = vals
+    return buf
+
+
+def _busy_wait_until(t_ns: int) -> None:
+    while time.perf_counter_ns() < t_ns:
+        pass
+
+
+def _read(policy: Policy, buf: np.ndarray, private: np.ndarray, cur: StepRecord) -> np.ndarray:
+    n = cur.num_reqs
+    if policy.cpu_counts == "fill1":
+        return np.ones(n, dtype=np.int64)
+    if policy.cpu_counts == "direct":
+        return buf[:n].astype(np.int64)
+    src = (private if policy.cpu_counts == "private" else buf).astype(np.int64)
+    return gather(src, cur.prev_positions)
+
+
+def replay(
+    schedule: Schedule,
+    policy: Policy,
+    device: CountsDevice,
+    cfg: ReplayConfig,
+    steps: list[int] | None = None,
+) -> pd.DataFrame:
+    rng = np.random.default_rng([cfg.seed, 0xD2])
+    rows: list[dict] = []
+    for n in steps if steps is not None else range(1, len(schedule.steps)):
+        prev, cur = schedule.steps[n - 1], schedule.steps[n]
+        prior = prior_buffer(schedule, n)
+        offsets = op_offsets(cur, cfg.timing)
+        window = int(offsets[-1]) if len(offsets) else 0
+        target = int(rng.integers(-cfg.slack_ns, window + cfg.slack_ns + 1))
+        spin_ns = max(target - cfg.launch_ns, 0)
+        private = policy.cpu_counts == "private"
+        device.reset(prior, n)
+        device.launch(prev.accepted.astype(np.int32), spin_ns, private)
+        if policy.wait == "before_moves":
+            device.synchronize()
+        t0 = time.perf_counter_ns()
+        land = -1
+        for i, op in enumerate(cur.ops):
+            _busy_wait_until(t0 + int(offsets[i]))
+            if land < 0 and device.poll(i):
+                land = i
+            apply_op(device.buf, op, i, None)
+        if policy.wait == "gather":
+            device.synchronize()
+        if land < 0 and device.poll(len(cur.ops)):
+            land = len(cur.ops)
+        observed = _read(policy, device.buf, device.private, cur)
+        rows.extend(_verdicts(schedule, n, policy, prior, land, observed))
+    return pd.DataFrame(rows)
+
+
+def _verdicts(
+    schedule: Schedule, n: int, policy: Policy, prior: np.ndarray, land: int, observed: np.ndarray
+) -> list[dict]:
+    prev, cur = schedule.steps[n - 1], schedule.steps[n]
+    dma = prev.accepted
+    predicted_buf = apply_step(
+        prior.astype(np.int64), cur.ops, dma if land >= 0 else None, max(land, 0)
+    )
+    predicted_private = prior.astype(np.int64).copy()
+    if land >= 0:
+        predicted_private[: len(dma)] = dma
+    predicted = _read(policy, predicted_buf, predicted_private, cur)
+    out = []
+    for row in np.flatnonzero(cur.prev_positions >= 0):
+        src = int(cur.prev_positions[row])
+        true = int(prev.accepted[src])
+        participating = policy.gpu_counts == "correction" and cur.prev_num_draft_tokens[src] > 0
+        gpu = true if participating else int(observed[row])
+        out.append({
+            "policy": policy.name, "step": n, "req_id": cur.req_ids[row], "row": int(row),
+            "prev_row": src, "prev_drafts": int(prev.drafts[src]), "true_count": true,
+            "cpu_observed": int(observed[row]), "cpu_predicted": int(predicted[row]),
+            "agree": bool(observed[row] == predicted[row]), "gpu_consumed": gpu,
+            "reads_buffer": policy.cpu_counts != "fill1",
+            "gpu_wrong": gpu != true, "land_pos": land, "n_ops": len(cur.ops),
+        })  # fmt: skip
+    return out

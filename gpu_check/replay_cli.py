@@ -1,0 +1,136 @@
+"""``python -m gpu_check replay``: schedule -> replay per policy -> observed.parquet + summary."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
+from sim.compare import agreement
+from sim.errors import SpecraceError
+from sim.io import ensure_out_dir
+from sim.params import load_scenario
+from sim.policies import POLICIES, get_policy
+from sim.run import write_parquet
+from sim.scheduling import build_schedule
+
+
+def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_error) -> str:
+    try:
+        scenario = load_scenario(args.scenario)
+        names = list(POLICIES) if args.policy == "all" else args.policy.split(",")
+        policies = [get_policy(n) for n in names]
+        out = ensure_out_dir(out)
+    except SpecraceError as e:
+        raise usage_error(str(e)) from None
+    if args.device == "cuda":
+        need_cuda()
+    steps = args.steps or scenario.default_steps
+    schedule = build_schedule(scenario, args.seed, steps)
+    step_list = [n for _ in range(args.reps) for n in range(1, steps)]
+    cfg = ReplayConfig(scenario.timing, seed=args.seed)
+    frames, env = [], environment(args.device)
+    for policy in policies:
+        if args.device == "cuda":
+            device = CudaCounts(schedule.max_num_reqs)
+            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(device))
+            env["launch_to_land_ns"] = cfg.launch_ns
+        else:
+            rng = np.random.default_rng([args.seed, 7])
+            plan = [int(rng.integers(-1, len(schedule.steps[n].ops) + 1)) for n in step_list]
+            device = ScriptedCounts(schedule.max_num_reqs, plan)
+        frames.append(replay(schedule, policy, device, cfg, steps=step_list))
+    observed = pd.concat(frames, ignore_index=True)
+    if args.gdn:
+        from gpu_check.replay_gdn import add_gdn_columns
+
+        small = None if args.device == "cuda" else {"H": 2, "HV": 4, "K": 16, "V": 8}
+        impl = "triton" if args.device == "cuda" else "reference"
+        observed = add_gdn_columns(observed, schedule, args.device, small, impl)
+    write_parquet(out / "observed.parquet", observed)
+    table = agreement(observed)
+    summary = {
+        "scenario": scenario.name,
+        "steps": steps,
+        "reps": args.reps,
+        "seed": args.seed,
+        **env,
+        "agreement": json.loads(table.to_json(orient="records")),
+    }
+    from gpu_check.store import write_json
+
+    write_json(summary, out / "replay_summary.json")
+    return f"wrote {out / 'observed.parquet'}\n" + table.to_string(index=False)
+
+
+def _launch_ns(device: CudaCounts, reps: int = 30) -> int:
+    """Median time from the launch call to the tag being visible, with no spin."""
+    import time
+
+    samples = []
+    for i in range(reps):
+        device.reset(np.ones(len(device.buf), dtype=np.int32), 10_000 + i)
+        t0 = time.perf_counter_ns()
+        device.launch(np.ones(1, dtype=np.int32), 0, private=False)
+        while not device.poll(0):
+            pass
+        samples.append(time.perf_counter_ns() - t0)
+    return int(np.median(samples))
+
+
+def environment(device: str) -> dict:
+    env = {
+        "device": device,
+        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "git_commit": _git_commit(),
+    }
+    if device == "cuda":
+        import torch
+        import triton
+
+        env.update(
+            gpu=torch.cuda.get_device_name(),
+            torch=torch.__version__,
+            triton=triton.__version__,
+            driver=_driver(),
+        )
+    return env
+
+
+def _driver() -> str:
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        return r.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _git_commit() -> str:
+    import os
+
+    if os.environ.get("SPECRACE_COMMIT"):  # the device machine's copy has no .git
+        return os.environ["SPECRACE_COMMIT"]
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return r.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
