@@ -139,7 +139,7 @@ class ReplayConfig:
     timing: TimingParams
     seed: int = 0
     slack_ns: int = 40_000  # landing offsets drawn over the op window plus this on each side
-    launch_ns: int = 30_000  # typical launch -> landing time with no spin (calibrated on GPU)
+    launch_ns: int = 5_000  # launch return -> landing with no spin (calibrated on the GPU)
 
 
 def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:

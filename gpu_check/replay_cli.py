@@ -71,14 +71,15 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
 
 
 def _launch_ns(device: CudaCounts, reps: int = 30) -> int:
-    """Median time from the launch call to the tag being visible, with no spin."""
+    """Median time from the launch call's return (the replay's t0) to the tag being visible,
+    with no spin: the part of a landing's offset that the spin does not set."""
     import time
 
     samples = []
     for i in range(reps):
         device.reset(np.ones(len(device.buf), dtype=np.int32), 10_000 + i)
-        t0 = time.perf_counter_ns()
         device.launch(np.ones(1, dtype=np.int32), 0, private=False)
+        t0 = time.perf_counter_ns()
         while not device.poll(0):
             pass
         samples.append(time.perf_counter_ns() - t0)

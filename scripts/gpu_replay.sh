@@ -11,7 +11,7 @@ py="${PYTHON:-python3}"
     | tee "$OUT/pytest_replay_gpu.log"
 for sc in minimal-race qwen35-mtp3; do
     case "$sc" in
-        minimal-race) extra=(--reps 300) ;;
+        minimal-race) extra=(--reps 500) ;;
         qwen35-mtp3) extra=(--steps 200 --gdn) ;;
     esac
     "$py" -m gpu_check replay --device cuda --scenario "$sc" --policy all "${extra[@]}" \
