@@ -11,10 +11,13 @@ For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer pres
    memory), each at its offset from the scenario's timing (busy-wait), reading the tag right
    before each store; then the policy's wait and read (gather, direct, private, fill 1).
 
-The observed landing position (before which op the tag was first seen; ``n_ops`` after the
-last; -1 not landed at the read) is fed to ``sim.counts_buffer`` to predict what the read
-returns; ``agree`` says whether real memory returned exactly that. A landing inside one op (a
-sub-microsecond window) can disagree; that is what the column is for.
+The host polls the tag right before and right after each op's stores and around the read.
+The observed landing position (the op before which the tag was first seen; ``n_ops`` after
+the last; -1 not landed at the read) is fed to ``sim.counts_buffer`` to predict what the read
+returns; ``agree`` says whether real memory returned exactly that. A tag that turned visible
+*between* the polls around one op (``land_during_op``: a window of a microsecond or two of
+Python) leaves it open whether the store came before or after the landing; such reads are
+reported apart, not scored.
 
 Backends: :class:`CudaCounts` (torch, real pinned memory and streams) and
 :class:`ScriptedCounts` (CPU, lands before a chosen op: tests the replay logic in CI).
@@ -205,23 +208,33 @@ def replay(
         if policy.wait == "before_moves":
             device.synchronize()
         t0 = time.perf_counter_ns()
-        land = -1
+        land, during = -1, False  # during: the tag turned visible inside an op or the read
         for i, op in enumerate(cur.ops):
             _busy_wait_until(t0 + int(offsets[i]))
             if land < 0 and device.poll(i):
                 land = i
             apply_op(device.buf, op, i, None)
+            if land < 0 and device.poll(i):
+                land, during = i, True
         if policy.wait == "gather":
             device.synchronize()
         if land < 0 and device.poll(len(cur.ops)):
             land = len(cur.ops)
         observed = _read(policy, device.buf, device.private, cur)
-        rows.extend(_verdicts(schedule, n, policy, prior, land, observed))
+        if land < 0 and device.poll(len(cur.ops)):
+            land, during = len(cur.ops), True
+        rows.extend(_verdicts(schedule, n, policy, prior, land, observed, during))
     return pd.DataFrame(rows)
 
 
 def _verdicts(
-    schedule: Schedule, n: int, policy: Policy, prior: np.ndarray, land: int, observed: np.ndarray
+    schedule: Schedule,
+    n: int,
+    policy: Policy,
+    prior: np.ndarray,
+    land: int,
+    observed: np.ndarray,
+    during: bool = False,
 ) -> list[dict]:
     prev, cur = schedule.steps[n - 1], schedule.steps[n]
     dma = prev.accepted
@@ -244,6 +257,7 @@ def _verdicts(
             "cpu_observed": int(observed[row]), "cpu_predicted": int(predicted[row]),
             "agree": bool(observed[row] == predicted[row]), "gpu_consumed": gpu,
             "reads_buffer": policy.cpu_counts != "fill1",
-            "gpu_wrong": gpu != true, "land_pos": land, "n_ops": len(cur.ops),
+            "gpu_wrong": gpu != true, "land_pos": land, "land_during_op": during,
+            "n_ops": len(cur.ops),
         })  # fmt: skip
     return out

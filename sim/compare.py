@@ -52,16 +52,23 @@ def agreement(observed: pd.DataFrame) -> pd.DataFrame:
         cpu_wrong_predicted=reads_buffer & (observed["cpu_predicted"] != observed["true_count"]),
         landed_inside=(observed["land_pos"] > 0) & (observed["land_pos"] < observed["n_ops"]),
     )
+    during = df["land_during_op"] if "land_during_op" in df.columns else False
+    df = df.assign(
+        scored=~during, agree_scored=df["agree"] & ~during, disagree_scored=~df["agree"] & ~during
+    )
     g = df.groupby("policy", sort=True)
     out = g.agg(
         reads=("agree", "size"),
-        agree=("agree", "sum"),
+        scored=("scored", "sum"),
+        agree=("agree_scored", "sum"),
+        disagree=("disagree_scored", "sum"),
         cpu_wrong_observed=("cpu_wrong_observed", "sum"),
         cpu_wrong_predicted=("cpu_wrong_predicted", "sum"),
         gpu_wrong_observed=("gpu_wrong", "sum"),
         landed_inside_ops=("landed_inside", "sum"),
     ).reset_index()
-    out["agreement"] = out["agree"] / out["reads"]
+    # Reads whose landing fell inside one op's microseconds are not scored (see the replay).
+    out["agreement"] = out["agree"] / out["scored"].clip(lower=1)
     if "gdn_diverged" in df.columns:
         ran = df[df["gdn_rel_err"].notna()]
         out = out.merge(
