@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("dir", help="a run directory")
     pf.set_defaults(func=cmd_perfetto)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
-    c.add_argument("dir", help="a replay directory")
+    c.add_argument("dir", help="a replay directory or an observed*.parquet file")
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
     c.add_argument("--step", type=int, default=4)
     c.set_defaults(func=cmd_compare)

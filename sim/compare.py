@@ -30,8 +30,10 @@ REQUIRED = (
 )
 
 
-def read_observed(run_dir: Path) -> pd.DataFrame:
-    path = run_dir / "observed.parquet"
+def read_observed(path: Path) -> pd.DataFrame:
+    """A replay table: a directory holding ``observed.parquet``, or the file itself."""
+    if path.is_dir() or path.suffix != ".parquet":
+        path = path / "observed.parquet"
     if not path.is_file():
         raise SpecraceError(f"{path} not found (run `python -m gpu_check replay` first)")
     try:
@@ -45,45 +47,59 @@ def read_observed(run_dir: Path) -> pd.DataFrame:
 
 
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:
-    """Per policy: reads, agreement of real memory with the model, wrong reads both ways."""
+    """Per policy: reads, agreement of real memory with the model, wrong reads both ways.
+
+    Reads whose landing fell inside one op's microseconds (``land_during_op``) are counted in
+    ``reads`` but not scored: the replay cannot tell which side of the store they landed.
+    """
+    scored = ~observed["land_during_op"]
     reads_buffer = observed["reads_buffer"]  # device-authoritative fills 1: no buffer read
+    true = observed["true_count"]
     df = observed.assign(
-        cpu_wrong_observed=reads_buffer & (observed["cpu_observed"] != observed["true_count"]),
-        cpu_wrong_predicted=reads_buffer & (observed["cpu_predicted"] != observed["true_count"]),
+        scored=scored,
+        agree_scored=observed["agree"] & scored,
+        disagree_scored=~observed["agree"] & scored,
+        cpu_wrong_observed=scored & reads_buffer & (observed["cpu_observed"] != true),
+        cpu_wrong_predicted=scored & reads_buffer & (observed["cpu_predicted"] != true),
+        gpu_wrong_scored=scored & observed["gpu_wrong"],
         landed_inside=(observed["land_pos"] > 0) & (observed["land_pos"] < observed["n_ops"]),
     )
-    during = df["land_during_op"] if "land_during_op" in df.columns else False
-    df = df.assign(
-        scored=~during, agree_scored=df["agree"] & ~during, disagree_scored=~df["agree"] & ~during
+    out = (
+        df.groupby("policy", sort=True)
+        .agg(
+            reads=("agree", "size"),
+            scored=("scored", "sum"),
+            agree=("agree_scored", "sum"),
+            disagree=("disagree_scored", "sum"),
+            cpu_wrong_observed=("cpu_wrong_observed", "sum"),
+            cpu_wrong_predicted=("cpu_wrong_predicted", "sum"),
+            gpu_wrong_observed=("gpu_wrong_scored", "sum"),
+            landed_inside_ops=("landed_inside", "sum"),
+        )
+        .reset_index()
     )
-    g = df.groupby("policy", sort=True)
-    out = g.agg(
-        reads=("agree", "size"),
-        scored=("scored", "sum"),
-        agree=("agree_scored", "sum"),
-        disagree=("disagree_scored", "sum"),
-        cpu_wrong_observed=("cpu_wrong_observed", "sum"),
-        cpu_wrong_predicted=("cpu_wrong_predicted", "sum"),
-        gpu_wrong_observed=("gpu_wrong", "sum"),
-        landed_inside_ops=("landed_inside", "sum"),
-    ).reset_index()
-    # Reads whose landing fell inside one op's microseconds are not scored (see the replay).
     out["agreement"] = out["agree"] / out["scored"].clip(lower=1)
     if "gdn_diverged" in df.columns:
         ran = df[df["gdn_rel_err"].notna()]
-        out = out.merge(
-            ran.groupby("policy").apply(
-                lambda x: pd.Series({
-                    "gdn_checked": len(x),
-                    "wrong_iff_diverged": int((x["gpu_wrong"] == x["gdn_diverged"]).sum()),
-                }), include_groups=False,
-            ).reset_index(), on="policy", how="left",
-        )  # fmt: skip
+        gdn = ran.groupby("policy").agg(
+            gdn_checked=("gdn_diverged", "size"),
+            wrong_iff_diverged=(
+                "gdn_diverged",
+                lambda d: int((d == ran.loc[d.index, "gpu_wrong"]).sum()),
+            ),
+        )
+        out = out.merge(gdn.reset_index(), on="policy", how="left")
     return out
 
 
 def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
-    """What one request read, by landing position (the minimal race: R at step 4)."""
+    """What one request consumed, by landing position (the minimal race: R at step 4).
+
+    Landings inside an op are left out, as in :func:`agreement`.
+    """
     one = observed[(observed["req_id"] == req_id) & (observed["step"] == step)]
-    return (one.groupby(["policy", "land_pos", "cpu_observed"]).size()
-            .rename("replays").reset_index())  # fmt: skip
+    if "land_during_op" in one.columns:
+        one = one[~one["land_during_op"]]
+    return (
+        one.groupby(["policy", "land_pos", "gpu_consumed"]).size().rename("replays").reset_index()
+    )
