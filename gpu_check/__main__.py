@@ -170,7 +170,8 @@ def _padding_text(report: dict) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> str:
     _need_cuda()
-    from gpu_check.bench import NS, environment, run_bench, summarize
+    from gpu_check.bench import NS, run_bench, summarize
+    from gpu_check.environment import environment
     from gpu_check.store import write_csv, write_json
 
     rows, bw = run_bench(ns=args.ns or NS, k=args.k, seed=args.seed, sweep=args.sweep)

@@ -13,9 +13,6 @@ Python launch overhead (ours and fla's wrappers differ) out of the kernel time.
 
 from __future__ import annotations
 
-import datetime as dt
-import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
@@ -29,7 +26,7 @@ from gpu_check.kernels.fla_check import fla_spec_kda, kda_gate_inputs
 from gpu_check.kernels.gdn_spec import KernelConfig, default_config, spec_gdn_update
 from gpu_check.kernels.problem import QWEN35_DIMS, SpecProblem, make_spec_problem, rel_err
 
-__all__ = ["copy_bandwidth", "environment", "run_bench", "summarize"]
+__all__ = ["copy_bandwidth", "run_bench", "summarize"]
 
 NS = (8, 16, 32, 64, 128, 256)
 TARGET_RATIO = 1.5  # ours / floor at N >= TARGET_MIN_N
@@ -199,29 +196,6 @@ def run_bench(
             rows += _bench_case(N, k, pool_dtype, bw, seed + N, _variants(sweep))
             torch.cuda.empty_cache()
     return rows, bw
-
-
-def environment() -> dict:
-    """Device, driver, library versions, date and commit for the summary."""
-    import fla
-
-    return {
-        "device": torch.cuda.get_device_name(),
-        "driver": _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "fla_core": fla.__version__,
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "git_commit": os.environ.get("SPECRACE_COMMIT") or _cmd(["git", "rev-parse", "HEAD"]),
-    }
-
-
-def _cmd(argv: list[str]) -> str:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return "uncommitted" if argv[0] == "git" else "unknown"
-    return res.stdout.strip().splitlines()[0] if res.stdout.strip() else "unknown"
 
 
 def summarize(rows: list[dict], bw: float, env: dict) -> dict:

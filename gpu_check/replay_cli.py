@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import platform
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from gpu_check.environment import environment
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
 from sim.compare import agreement
 from sim.errors import SpecraceError
@@ -84,54 +82,3 @@ def _launch_ns(device: CudaCounts, reps: int = 30) -> int:
             pass
         samples.append(time.perf_counter_ns() - t0)
     return int(np.median(samples))
-
-
-def environment(device: str) -> dict:
-    env = {
-        "device": device,
-        "date_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "git_commit": _git_commit(),
-    }
-    if device == "cuda":
-        import torch
-        import triton
-
-        env.update(
-            gpu=torch.cuda.get_device_name(),
-            torch=torch.__version__,
-            triton=triton.__version__,
-            driver=_driver(),
-        )
-    return env
-
-
-def _driver() -> str:
-    try:
-        r = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return r.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _git_commit() -> str:
-    import os
-
-    if os.environ.get("SPECRACE_COMMIT"):  # the device machine's copy has no .git
-        return os.environ["SPECRACE_COMMIT"]
-    try:
-        r = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return r.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
