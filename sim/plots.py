@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim.analysis import hazard_rates  # noqa: E402
@@ -39,5 +40,27 @@ def margin_histogram(reads: pd.DataFrame) -> plt.Figure:
     ax.set_xlabel("margin (µs)")
     ax.set_ylabel("wrong reads")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def landing_outcome_plot(by_landing: pd.DataFrame, title: str) -> plt.Figure:
+    """Replays per landing position, split by the count consumed (from ``compare.by_landing``)."""
+    policies = sorted(by_landing["policy"].unique())
+    counts = sorted(by_landing["gpu_consumed"].unique())
+    positions = sorted(by_landing["land_pos"].unique())
+    fig, axes = plt.subplots(1, len(policies), figsize=(2.4 * len(policies), 3), sharey=True)
+    for ax, policy in zip(np.atleast_1d(axes), policies, strict=True):
+        g = by_landing[by_landing["policy"] == policy]
+        bottom = np.zeros(len(positions))
+        for c in counts:
+            h = [g[(g.land_pos == p) & (g.gpu_consumed == c)]["replays"].sum() for p in positions]
+            ax.bar([str(p) for p in positions], h, bottom=bottom, label=f"consumed {c}")
+            bottom += h
+        ax.set_title(policy, fontsize=9)
+        ax.set_xlabel("landing before op")
+    np.atleast_1d(axes)[0].set_ylabel("replays")
+    np.atleast_1d(axes)[-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
