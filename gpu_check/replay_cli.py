@@ -14,24 +14,29 @@ from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
 from sim.compare import agreement
 from sim.errors import SpecraceError
 from sim.io import ensure_out_dir
-from sim.params import load_scenario
+from sim.params import load_scenario, scenario_from_dict
 from sim.policies import POLICIES, get_policy
 from sim.run import write_parquet
+from sim.schedule import read_schedule
 from sim.scheduling import build_schedule
 
 
 def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_error) -> str:
     try:
-        scenario = load_scenario(args.scenario)
         names = list(POLICIES) if args.policy == "all" else args.policy.split(",")
         policies = [get_policy(n) for n in names]
+        if args.schedule:  # the very schedule sim simulated
+            schedule = read_schedule(Path(args.schedule))
+            scenario = scenario_from_dict(schedule.scenario, "schedule", args.schedule)
+        else:
+            scenario = load_scenario(args.scenario)
+            schedule = build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
         out = ensure_out_dir(out)
     except SpecraceError as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
         need_cuda()
-    steps = args.steps or scenario.default_steps
-    schedule = build_schedule(scenario, args.seed, steps)
+    steps = len(schedule.steps)
     step_list = [n for _ in range(args.reps) for n in range(1, steps)]
     cfg = ReplayConfig(scenario.timing, seed=args.seed)
     frames, env = [], environment(args.device)

@@ -12,7 +12,7 @@ from pathlib import Path
 from sim import schedule as schedule_mod
 from sim.errors import SpecraceError
 from sim.io import atomic_write_text, ensure_out_dir
-from sim.params import Scenario, load_scenario
+from sim.params import Scenario, load_scenario, scenario_from_dict, with_overrides
 from sim.policies import POLICIES, get_policy
 from sim.scheduling import build_schedule
 
@@ -56,25 +56,41 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
+    """From ``--schedule PATH`` (its own scenario and seed; ``--set`` may change timing only)
+    or from ``--scenario/--seed/--steps``."""
+    overrides = _overrides(args.set)
+    if not args.schedule:
+        scenario = load_scenario(args.scenario, overrides)
+        return scenario, build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
+    sched = schedule_mod.read_schedule(Path(args.schedule))
+    if any(not k.startswith("timing.") for k in overrides):
+        raise SpecraceError(
+            "with --schedule, --set may change timing.* only (the schedule fixes "
+            "engine and workload)"
+        )
+    base = scenario_from_dict(sched.scenario, "schedule", args.schedule)
+    return (with_overrides(base, overrides) if overrides else base), sched
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import json
 
     from sim.run import run_policy, write_run
 
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
-    scenario = load_scenario(args.scenario, _overrides(args.set))
-    steps = args.steps or scenario.default_steps
-    print_parameters(scenario, args.seed)
+    scenario, sched = scenario_and_schedule(args)
+    steps = len(sched.steps)
+    print_parameters(scenario, sched.seed)
     print(f"policy={args.policy} steps={steps}")
     out = ensure_out_dir(Path(args.out))
-    sched = build_schedule(scenario, args.seed, steps)
     if len(names) > 1:
         atomic_write_text(out / "schedule.json", schedule_mod.dumps(sched))
     summaries = []
     for name in names:
-        result = run_policy(sched, scenario, POLICIES[name], args.seed, trace=not args.no_trace)
+        result = run_policy(sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace)
         target = out / name if len(names) > 1 else out
-        write_run(target, scenario, args.seed, sched, result, write_schedule=len(names) == 1)
+        write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
         summaries.append(result.summary)
     if len(names) > 1:
         from sim.io import write_json
@@ -146,20 +162,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    import pandas as pd
 
-    from sim.io import atomic_write
+    from sim.io import atomic_write, read_parquet
     from sim.plots import hazard_plot, margin_histogram
 
     src = Path(args.dir)
     if (src / "sweep.parquet").is_file():
-        df = pd.read_parquet(src / "sweep.parquet")
+        df = read_parquet(src / "sweep.parquet", "sweep table")
         x = args.x or next((c for c in df.columns if c.startswith("set.")), "")
         if x not in df.columns:
             raise SpecraceError(f"--x {x!r}: not a column of {src / 'sweep.parquet'}")
         fig, name = hazard_plot(df, x), "hazard.png"
     elif (src / "reads.parquet").is_file():
-        fig, name = margin_histogram(pd.read_parquet(src / "reads.parquet")), "margins.png"
+        reads = read_parquet(src / "reads.parquet", "reads table")
+        fig, name = margin_histogram(reads), "margins.png"
     else:
         raise SpecraceError(f"{src}: neither a sweep (sweep.parquet) nor a run (reads.parquet)")
     out = Path(args.out) if args.out else src / name
@@ -169,19 +185,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
-    import pandas as pd
 
+    from sim.io import read_parquet
     from sim.perfetto import dumps
 
-    src = Path(args.dir) / "trace.parquet"
-    if not src.is_file():
-        raise SpecraceError(f"{src} not found (run `python -m sim run` without --no-trace)")
-    try:
-        trace = pd.read_parquet(src)
-    except Exception as e:  # pyarrow raises several types for a damaged file
-        raise SpecraceError(
-            f"{src}: unreadable or truncated Parquet ({type(e).__name__})"
-        ) from None
+    trace = read_parquet(Path(args.dir) / "trace.parquet", "trace (run without --no-trace)")
     out = Path(args.dir) / "trace.perfetto.json"
     atomic_write_text(out, dumps(trace))
     print(f"wrote {out}: open it in ui.perfetto.dev")
@@ -215,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--out", required=True)
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--schedule", default="", help="simulate this schedule.json instead")
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.set_defaults(func=cmd_run)

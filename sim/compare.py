@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import SpecraceError
+from sim.io import read_parquet
 
 REQUIRED = (
     "policy",
@@ -34,12 +35,7 @@ def read_observed(path: Path) -> pd.DataFrame:
     """A replay table: a directory holding ``observed.parquet``, or the file itself."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    if not path.is_file():
-        raise SpecraceError(f"{path} not found (run `python -m gpu_check replay` first)")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as e:  # pyarrow raises several types for a damaged file
-        raise SpecraceError(f"{path}: unreadable or truncated ({type(e).__name__})") from None
+    df = read_parquet(path, "replay table (python -m gpu_check replay writes it)")
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise SpecraceError(f"{path}: not a replay table (missing {', '.join(missing)})")

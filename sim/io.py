@@ -52,3 +52,17 @@ def ensure_out_dir(out: Path) -> Path:
         raise SpecraceError(f"--out {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def read_parquet(path: Path, what: str):
+    """A Parquet table, or one clear error if it is missing, truncated or not Parquet."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise SpecraceError(f"{what} not found: {path}")
+    try:
+        return pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises several types for a damaged file
+        raise SpecraceError(
+            f"{what} {path} is unreadable or truncated ({type(e).__name__})"
+        ) from None

@@ -75,3 +75,55 @@ def test_schedule_cli_writes_and_prints(tmp_path: Path) -> None:
     assert "engine.num_speculative_tokens=3" in r.stdout
     assert "row_ops remove=1 add=3 move=0 swap=1" in r.stdout
     assert (tmp_path / "schedule.json").is_file()
+
+
+def test_run_and_replay_take_a_schedule_and_refuse_a_foreign_one(tmp_path: Path) -> None:
+    assert run_sim("schedule", "--scenario", "minimal-race", "--out", str(tmp_path)).returncode == 0
+    good = tmp_path / "schedule.json"
+    r = run_sim(
+        "run",
+        "--schedule",
+        str(good),
+        "--policy",
+        "synced-gather",
+        "--json",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    assert r.returncode == 0 and '"corrupted_requests": 1' in r.stdout.splitlines()[-1]
+    text = good.read_text()
+    foreign = tmp_path / "v9.json"
+    foreign.write_text(text.replace('"schema_version":1', '"schema_version":9', 1))
+    truncated = tmp_path / "cut.json"
+    truncated.write_text(text[: len(text) // 3])
+    for bad, needle in ((foreign, "schema version 9"), (truncated, "truncated")):
+        for argv in (
+            [sys.executable, "-m", "sim", "run", "--schedule", str(bad)],
+            [
+                sys.executable,
+                "-m",
+                "gpu_check",
+                "replay",
+                "--device",
+                "cpu",
+                "--schedule",
+                str(bad),
+            ],
+        ):
+            out = tmp_path / f"out-{bad.stem}"
+            r = subprocess.run(
+                [*argv, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+            )
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr
+            assert not out.exists() or not any(out.iterdir())
+    r = run_sim(
+        "run",
+        "--schedule",
+        str(good),
+        "--set",
+        "engine.max_num_seqs=4",
+        "--out",
+        str(tmp_path / "x"),
+    )
+    assert r.returncode == 2 and "timing.* only" in r.stderr
