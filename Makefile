@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test conformance lint format golden bench clean
+.PHONY: demo test conformance calibrate-row-ops lint format golden bench clean
 
 bench: $(STAMP)
 	$(BIN)/python -m sim bench
@@ -29,6 +29,11 @@ test: $(STAMP)
 conformance:
 	bash tests/conformance/setup.sh
 	.cache/vllm-env/bin/python -m pytest -q --confcutdir=tests/conformance tests/conformance
+
+# Time vLLM's real InputBatch row ops -> data/params/vllm-<V>-row-ops.{toml,csv}
+calibrate-row-ops:
+	bash tests/conformance/setup.sh
+	.cache/vllm-env/bin/python tests/conformance/measure_row_ops.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
     y.add_argument("--out", required=True)
 
+    c = sub.add_parser("calibrate", help="measure the model's GPU timing parameters (CUDA)")
+    c.add_argument("--out", default="data/params", help="directory for NAME.toml and NAME.csv")
+    c.add_argument("--name", default="h200")
+
     m = sub.add_parser("summary", help="the README's GPU tables from committed data/bench")
     m.add_argument("--dir", default="data/bench")
 
@@ -204,6 +208,15 @@ def cmd_replay(args: argparse.Namespace) -> str:
     return run_replay_command(args, Path(args.out), _need_cuda, UsageError)
 
 
+def cmd_calibrate(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    _need_cuda()
+    from gpu_check.calibrate import calibrate
+
+    return calibrate(Path(args.out), args.name)
+
+
 def cmd_summary(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -218,6 +231,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "summary": cmd_summary,
     "replay": cmd_replay,
+    "calibrate": cmd_calibrate,
 }
 
 

@@ -56,14 +56,28 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _timing_file_overrides(files: list[str]) -> dict[str, str]:
+    import json
+
+    from sim.params import _read_toml
+
+    out: dict[str, str] = {}
+    for f in files:
+        for k, v in _read_toml(Path(f)).get("timing", {}).items():
+            out[f"timing.{k}"] = json.dumps(v)
+    return out
+
+
 def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
     """From ``--schedule PATH`` (its own scenario and seed; ``--set`` may change timing only)
     or from ``--scenario/--seed/--steps``."""
     overrides = _overrides(args.set)
     if not args.schedule:
-        scenario = load_scenario(args.scenario, overrides)
+        scenario = load_scenario(args.scenario, overrides, tuple(args.timing))
         return scenario, build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
     sched = schedule_mod.read_schedule(Path(args.schedule))
+    if args.timing:
+        overrides = {**_timing_file_overrides(args.timing), **overrides}
     if any(not k.startswith("timing.") for k in overrides):
         raise SpecraceError(
             "with --schedule, --set may change timing.* only (the schedule fixes "
@@ -224,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True)
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--schedule", default="", help="simulate this schedule.json instead")
+    r.add_argument(
+        "--timing",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a [timing] TOML (e.g. data/params/*.toml), applied before --set",
+    )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.set_defaults(func=cmd_run)

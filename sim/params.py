@@ -235,18 +235,33 @@ def scenario_path(name_or_path: str) -> Path:
     return builtin
 
 
-def load_scenario(name_or_path: str, overrides: dict[str, str] | None = None) -> Scenario:
-    """Load, apply ``section.key=value`` overrides, and validate a scenario."""
+def load_scenario(
+    name_or_path: str,
+    overrides: dict[str, str] | None = None,
+    timing_files: tuple[str, ...] = (),
+) -> Scenario:
+    """Load, apply timing files (``[timing]`` tables, e.g. ``data/params/*.toml``, in order),
+    then ``section.key=value`` overrides, and validate a scenario."""
     path = scenario_path(name_or_path)
+    raw = _read_toml(path)
+    for tf in timing_files:
+        table = _read_toml(Path(tf))
+        extra = set(table) - {"timing"}
+        if extra:
+            raise SpecraceError(f"{tf}: a timing file holds only [timing], not {sorted(extra)}")
+        raw.setdefault("timing", {}).update(table.get("timing", {}))
+    for key, text in (overrides or {}).items():
+        _apply_override(raw, key, text, path)
+    return scenario_from_dict(raw, path.stem, str(path))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as e:
         raise SpecraceError(f"{path}: cannot read: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecraceError(f"{path}: not valid TOML: {e}") from None
-    for key, text in (overrides or {}).items():
-        _apply_override(raw, key, text, path)
-    return scenario_from_dict(raw, path.stem, str(path))
 
 
 def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:

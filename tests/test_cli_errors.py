@@ -127,3 +127,23 @@ def test_run_and_replay_take_a_schedule_and_refuse_a_foreign_one(tmp_path: Path)
         str(tmp_path / "x"),
     )
     assert r.returncode == 2 and "timing.* only" in r.stderr
+
+
+def test_timing_files_apply_and_are_checked(tmp_path: Path) -> None:
+    from sim.params import load_scenario
+
+    good = tmp_path / "t.toml"
+    good.write_text("[timing]\nworker_swap_ns = 77000\n")
+    assert load_scenario("qwen35-mtp3", None, (str(good),)).timing.worker_swap_ns == 77000
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[engine]\nmax_num_seqs = 3\n")
+    r = run_sim(
+        "run", "--scenario", "minimal-race", "--timing", str(bad), "--out", str(tmp_path / "o")
+    )
+    assert r.returncode == 2 and "holds only [timing]" in r.stderr
+    typo = tmp_path / "typo.toml"
+    typo.write_text("[timing]\nworker_swop_ns = 1\n")
+    r = run_sim(
+        "run", "--scenario", "minimal-race", "--timing", str(typo), "--out", str(tmp_path / "o")
+    )
+    assert r.returncode == 2 and "timing.worker_swop_ns" in r.stderr

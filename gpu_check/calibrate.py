@@ -1,0 +1,93 @@
+"""``python -m gpu_check calibrate``: measure on this GPU the timing parameters the model
+takes from hardware, and write them as a ``[timing]`` file for ``python -m sim run --timing``.
+
+Measured (h200-measurements.md §3 methods, on the default stream as vLLM's count copy is):
+
+- ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a ~2 ms kernel becomes
+  visible in pinned memory this long after the kernel ends: (visible - launch return) - kernel
+  duration (CUDA events). An upper bound: it includes launch latency and polling.
+- ``worker_event_sync_ns``: ``event.synchronize()`` on an already completed event.
+- ``worker_copy_to_gpu_ns``: issuing a small H2D copy (256 int32, ``non_blocking``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gpu_check.environment import environment
+from gpu_check.store import write_csv
+from sim.io import atomic_write_text
+
+N = 256
+
+
+def _spin_ns_per_cycle() -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(100_000)
+    start.record()
+    torch.cuda._sleep(2_000_000)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e6 / 2_000_000
+
+
+def measure(reps: int = 200) -> dict[str, list[int]]:
+    pinned = torch.zeros(1 + N, dtype=torch.int32, pin_memory=True)
+    view = pinned.numpy()
+    src = torch.zeros(1 + N, dtype=torch.int32, device="cuda")
+    cycles = int(2_000_000 / _spin_ns_per_cycle())  # ~2 ms
+    samples: dict[str, list[int]] = {"dma_land_delay_ns": [], "worker_event_sync_ns": [],
+                                     "worker_copy_to_gpu_ns": []}  # fmt: skip
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    done = torch.cuda.Event()
+    for i in range(reps):
+        tag = i + 1
+        src.fill_(tag)
+        torch.cuda.synchronize()
+        view[0] = 0
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        pinned.copy_(src, non_blocking=True)
+        done.record()
+        t0 = time.perf_counter_ns()
+        while view[0] != tag:
+            pass
+        visible = time.perf_counter_ns() - t0
+        done.synchronize()
+        kernel_ns = int(start.elapsed_time(end) * 1e6)
+        samples["dma_land_delay_ns"].append(visible - kernel_ns)
+        t1 = time.perf_counter_ns()
+        done.synchronize()
+        samples["worker_event_sync_ns"].append(time.perf_counter_ns() - t1)
+        host = torch.ones(N, dtype=torch.int32, pin_memory=True)
+        t2 = time.perf_counter_ns()
+        src[:N].copy_(host, non_blocking=True)
+        samples["worker_copy_to_gpu_ns"].append(time.perf_counter_ns() - t2)
+    torch.cuda.synchronize()
+    return samples
+
+
+def calibrate(out_dir: Path, name: str) -> str:
+    samples = measure()
+    env = environment("cuda")
+    rows = [{"quantity": q, "ns": v} for q, xs in samples.items() for v in xs]
+    write_csv(rows, out_dir / f"{name}.csv")
+    med = {q: int(np.median(xs)) for q, xs in samples.items()}
+    p90 = {q: int(np.percentile(xs, 90)) for q, xs in samples.items()}
+    lines = [
+        f"# Measured by `python -m gpu_check calibrate` on {env['device']}, driver "
+        f"{env['driver']}, torch {env['torch']}, triton {env['triton']},",
+        f"# {env['date_utc']}, commit {env['git_commit']}. Medians of {len(rows) // 3} "
+        f"repetitions; raw samples in {name}.csv.",
+        "# p90: " + ", ".join(f"{q} {v}" for q, v in p90.items()),
+        "[timing]",
+        *(f"{q} = {v}" for q, v in med.items()),
+    ]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out_dir / f"{name}.toml", text)
+    return text
