@@ -4,7 +4,7 @@ takes from hardware, and write them as a ``[timing]`` file for ``python -m sim r
 Measured (h200-measurements.md §3 methods, on the default stream as vLLM's count copy is):
 
 - ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a ~2 ms kernel becomes
-  visible in pinned memory this long after the kernel ends: (visible - launch return) - kernel
+  visible in pinned memory this long after the kernel ends: (visible - issue start) - kernel
   duration (CUDA events). An upper bound: it includes launch latency and polling.
 - ``worker_event_sync_ns``: ``event.synchronize()`` on an already completed event.
 - ``worker_copy_to_gpu_ns``: issuing a small H2D copy (256 int32, ``non_blocking``).
@@ -44,17 +44,18 @@ def measure(reps: int = 200) -> dict[str, list[int]]:
                                      "worker_copy_to_gpu_ns": []}  # fmt: skip
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     done = torch.cuda.Event()
+    host = torch.ones(N, dtype=torch.int32, pin_memory=True)
     for i in range(reps):
         tag = i + 1
         src.fill_(tag)
         torch.cuda.synchronize()
         view[0] = 0
+        t0 = time.perf_counter_ns()  # issue start: the kernel can start from here on
         start.record()
         torch.cuda._sleep(cycles)
         end.record()
         pinned.copy_(src, non_blocking=True)
         done.record()
-        t0 = time.perf_counter_ns()
         while view[0] != tag:
             pass
         visible = time.perf_counter_ns() - t0
@@ -64,7 +65,6 @@ def measure(reps: int = 200) -> dict[str, list[int]]:
         t1 = time.perf_counter_ns()
         done.synchronize()
         samples["worker_event_sync_ns"].append(time.perf_counter_ns() - t1)
-        host = torch.ones(N, dtype=torch.int32, pin_memory=True)
         t2 = time.perf_counter_ns()
         src[:N].copy_(host, non_blocking=True)
         samples["worker_copy_to_gpu_ns"].append(time.perf_counter_ns() - t2)
