@@ -50,3 +50,21 @@ def test_demo_table_matches_make_demo() -> None:
             f"{s['mean_step_ns'] / 1e6:.3f}",
         ]
         assert cells == expected, f"README demo row {name}: {cells} != {expected}"
+
+
+def test_measured_timing_table() -> None:
+    out = command_output(
+        "sim",
+        "run",
+        "--policy",
+        "all",
+        "--timing",
+        "data/params/h200.toml",
+        "--timing",
+        "data/params/vllm-0.24.0-row-ops.toml",
+        "--out",
+        str(ROOT / "out" / "readme-measured"),
+        "--no-trace",
+    )
+    table = "\n".join(out.strip().splitlines()[-7:])
+    assert table in README, "README is stale: rerun the measured-timing command"
