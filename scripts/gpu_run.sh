@@ -5,6 +5,7 @@
 #   OUT=data/bench bash scripts/gpu_run.sh   # full run: GPU tests, recall, padding graphs,
 #                                            # benchmark and the 36-config kernel sweep
 #   bash scripts/gpu_run.sh smoke            # no sweep, benchmark at N = 64 only
+#   bash scripts/gpu_run.sh nosweep          # everything but the 36-config sweep
 #
 # Needs fla-core 0.6.0: installed, or as a wheel in .whl/ (installed to /tmp/site here).
 # Never touches GPU clocks or settings. Exits non-zero if any stage failed; later stages still run.
@@ -45,6 +46,8 @@ stage padding 120 bash -c "python3 -m gpu_check padding --num-reqs 72 --k 3 --de
   > '$OUT/padding.json' && python3 -m gpu_check padding --num-reqs 72 --k 3 --device cuda"
 if [ "$MODE" = smoke ]; then
   stage bench 300 python3 -m gpu_check bench --out "$OUT" --ns 64
+elif [ "$MODE" = nosweep ]; then
+  stage bench 300 python3 -m gpu_check bench --out "$OUT"
 else
   stage sweep 300 python3 -m gpu_check bench --sweep --ns 8,64,256 --out "$OUT" --name sweep
   stage bench 300 python3 -m gpu_check bench --out "$OUT"
