@@ -61,4 +61,7 @@ def summary_markdown(d: Path) -> str:
             f"{r['real_rows_equal_eager'] and r['pool_equal_eager']}, "
             f"replay {r['replay_us_median']:.1f} µs"
         )
+    if {"num_actual_tokens", "num_reqs"} <= g.keys():
+        ratio = g["num_actual_tokens"]["replay_us_median"] / g["num_reqs"]["replay_us_median"]
+        out.append(f"- the old rule's replay takes {ratio:.2f}x the new rule's")
     return "\n".join(out)
