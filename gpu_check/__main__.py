@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     y.add_argument("--policy", default="all", help="comma list of policies, or all")
     y.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
     y.add_argument("--schedule", default="", help="replay this schedule.json (from sim)")
+    y.add_argument(
+        "--sim-run",
+        default="",
+        help="a `sim run` directory: replay with the model's own timing, per policy",
+    )
     y.add_argument("--reps", type=_positive, default=1, help="replay the steps this many times")
     y.add_argument("--seed", type=int, default=0)
     y.add_argument(

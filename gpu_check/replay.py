@@ -186,21 +186,61 @@ def _read(policy: Policy, buf: np.ndarray, private: np.ndarray, cur: StepRecord)
     return gather(src, cur.prev_positions)
 
 
+@dataclass(frozen=True)
+class StepTimeline:
+    """One step as the SimPy model timed it, relative to the start of ``_update_states``."""
+
+    ops_end_ns: np.ndarray  # each row op's store
+    land_ns: int  # step N's counts land (may be < 0: before; or after the read)
+    read_ns: int  # the policy's read in ``_prepare_inputs``
+
+
+def timeline_from_trace(trace: pd.DataFrame) -> dict[int, StepTimeline]:
+    """Per step, from a ``sim run`` trace.parquet: the op stores, the landing, the read."""
+    worker = trace[trace["actor"] == "worker_cpu"]
+    start = worker[worker["event"] == "_update_states"].set_index("step")["time_ns"]
+    read = worker[worker["event"].str.startswith("read_counts")].set_index("step")["time_ns"]
+    land = trace[trace["event"] == "counts_d2h_land"].set_index("step")["time_ns"]
+    ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]
+    ends = {s: (g["time_ns"] + g["dur_ns"]).to_numpy() for s, g in ops.groupby("step")}
+    out = {}
+    for step in start.index:
+        if step == 0 or step - 1 not in land.index:
+            continue
+        t0 = int(start[step])
+        out[int(step)] = StepTimeline(
+            ops_end_ns=ends.get(step, np.zeros(0, dtype=np.int64)) - t0,
+            land_ns=int(land[step - 1]) - t0,
+            read_ns=int(read[step]) - t0,
+        )
+    return out
+
+
 def replay(
     schedule: Schedule,
     policy: Policy,
     device: CountsDevice,
     cfg: ReplayConfig,
     steps: list[int] | None = None,
+    timeline: dict[int, StepTimeline] | None = None,
 ) -> pd.DataFrame:
+    """Drawn landings (``timeline`` None), or the model's own timing of every step."""
     rng = np.random.default_rng([cfg.seed, 0xD2])
     rows: list[dict] = []
+    if timeline is not None and steps is None:
+        steps = sorted(timeline)
     for n in steps if steps is not None else range(1, len(schedule.steps)):
         prev, cur = schedule.steps[n - 1], schedule.steps[n]
         prior = prior_buffer(schedule, n)
-        offsets = op_offsets(cur, cfg.timing)
-        window = int(offsets[-1]) if len(offsets) else 0
-        target = int(rng.integers(-cfg.slack_ns, window + cfg.slack_ns + 1))
+        if timeline is None:
+            offsets = op_offsets(cur, cfg.timing)
+            window = int(offsets[-1]) if len(offsets) else 0
+            target = int(rng.integers(-cfg.slack_ns, window + cfg.slack_ns + 1))
+            read_ns = 0
+        else:
+            offsets, target = timeline[n].ops_end_ns, timeline[n].land_ns
+            read_ns = timeline[n].read_ns
+            target = min(target, read_ns + cfg.slack_ns)  # later changes nothing: cap the spin
         spin_ns = max(target - cfg.launch_ns, 0)
         private = policy.cpu_counts == "private"
         device.reset(prior, n)
@@ -216,6 +256,7 @@ def replay(
             apply_op(device.buf, op, i, None)
             if land < 0 and device.poll(i):
                 land, during = i, True
+        _busy_wait_until(t0 + read_ns)
         if policy.wait == "gather":
             device.synchronize()
         if land < 0 and device.poll(len(cur.ops)):

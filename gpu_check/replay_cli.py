@@ -22,6 +22,8 @@ from sim.scheduling import build_schedule
 
 
 def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_error) -> str:
+    if args.sim_run:
+        return _replay_sim_run(args, out, need_cuda, usage_error)
     try:
         names = list(POLICIES) if args.policy == "all" else args.policy.split(",")
         policies = [get_policy(n) for n in names]
@@ -71,6 +73,82 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
 
     write_json(summary, out / "replay_summary.json")
     return f"wrote {out / 'observed.parquet'}\n" + table.to_string(index=False)
+
+
+def _sim_runs(run_dir: Path) -> tuple[Path, list[Path]]:
+    """A ``sim run`` directory: one policy (meta.json inside) or ``--policy all`` (one per
+    sub-directory, schedule.json at the top). Returns (schedule path, policy directories)."""
+    if (run_dir / "meta.json").is_file():
+        return run_dir / "schedule.json", [run_dir]
+    subs = sorted(d for d in run_dir.iterdir() if (d / "meta.json").is_file()) if (
+        run_dir.is_dir()) else []  # fmt: skip
+    if not subs:
+        raise SpecraceError(f"{run_dir}: not a `python -m sim run` directory (no meta.json)")
+    return run_dir / "schedule.json", subs
+
+
+def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error) -> str:
+    """Replay each policy's steps with the landing and op times the model predicted, and
+    put the model's verdict beside what the hardware did."""
+    from gpu_check.replay import timeline_from_trace
+    from sim.compare import prediction_agreement
+    from sim.io import read_json, read_parquet
+
+    try:
+        schedule_path, runs = _sim_runs(Path(args.sim_run))
+        schedule = read_schedule(schedule_path)
+        scenario = scenario_from_dict(schedule.scenario, "schedule", str(schedule_path))
+        loaded = []
+        for d in runs:
+            meta = read_json(d / "meta.json", "run metadata")
+            policy = get_policy(str(meta.get("policy", "")))
+            trace = read_parquet(d / "trace.parquet", "trace (run sim without --no-trace)")
+            reads = read_parquet(d / "reads.parquet", "reads table")
+            timing = scenario_from_dict(meta["scenario"], "meta", str(d / "meta.json")).timing
+            loaded.append((policy, timeline_from_trace(trace), reads, timing))
+        out = ensure_out_dir(out)
+    except (SpecraceError, KeyError) as e:
+        raise usage_error(str(e)) from None
+    if args.device == "cuda":
+        need_cuda()
+    frames, env = [], environment(args.device)
+    for policy, timeline, reads, timing in loaded:
+        steps = sorted(timeline)
+        if args.device == "cuda":
+            device = CudaCounts(schedule.max_num_reqs)
+            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(device))
+            env["launch_to_land_ns"] = cfg.launch_ns
+        else:  # land exactly where the model said: the replay must then agree everywhere
+            cfg = ReplayConfig(timing, seed=args.seed)
+            plan = [_scripted_landing(timeline[n], policy) for n in steps]
+            device = ScriptedCounts(schedule.max_num_reqs, plan)
+        got = replay(schedule, policy, device, cfg, steps=steps, timeline=timeline)
+        sim = reads[["step", "req_id", "cpu_value", "gpu_value", "gpu_wrong", "kind",
+                     "margin_ns"]].rename(columns=lambda c: c if c in ("step", "req_id")
+                                          else f"sim_{c}")  # fmt: skip
+        got = got.merge(sim, on=["step", "req_id"], how="left", validate="one_to_one")
+        landed = {n: t.land_ns <= t.read_ns for n, t in timeline.items()}
+        got["sim_landed"] = got["step"].map(landed).astype(bool)
+        frames.append(got)
+    observed = pd.concat(frames, ignore_index=True)
+    write_parquet(out / "observed.parquet", observed)
+    table = agreement(observed)
+    pred = prediction_agreement(observed)
+    from gpu_check.store import write_json
+
+    write_json({"sim_run": str(args.sim_run), "scenario": scenario.name, **env,
+                "agreement": json.loads(table.to_json(orient="records")),
+                "prediction": json.loads(pred.to_json(orient="records"))},
+               out / "replay_summary.json")  # fmt: skip
+    return (f"wrote {out / 'observed.parquet'}\n" + table.to_string(index=False) + "\n"
+            + pred.to_string(index=False))  # fmt: skip
+
+
+def _scripted_landing(t, policy) -> int:
+    """Op index before which the counts land (ties: the GPU first, sim/cuda.py); -1 = later."""
+    if t.land_ns > t.read_ns:
+        return -1
+    return int((t.ops_end_ns < t.land_ns).sum()) if policy.wait != "before_moves" else 0
 
 
 def _launch_ns(device: CudaCounts, reps: int = 30) -> int:

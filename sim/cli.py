@@ -215,6 +215,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     observed = read_observed(Path(args.dir))
     print(agreement(observed).to_string(index=False))
+    if "sim_gpu_wrong" in observed.columns:
+        from sim.compare import prediction_agreement
+
+        print(prediction_agreement(observed).to_string(index=False))
     if args.req_id:
         print(by_landing(observed, args.req_id, args.step).to_string(index=False))
     return 0

@@ -88,6 +88,30 @@ def agreement(observed: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def prediction_agreement(observed: pd.DataFrame) -> pd.DataFrame:
+    """Model verdict vs hardware, read by read, for a replay driven by the model's timing.
+
+    Where the model has the read before the landing (``sim_landed`` false), its value comes
+    from the buffer's older history, which the replay presets rather than reproduces: those
+    reads are counted apart, not compared.
+    """
+    if "sim_gpu_wrong" not in observed.columns:
+        raise SpecraceError("not a replay of a sim run (no sim_* columns): use --sim-run")
+    df = observed[~observed["land_during_op"]]
+    landed = df["sim_landed"]
+    c = df[landed]
+    hw_wrong, sim_wrong = c["gpu_wrong"], c["sim_gpu_wrong"]
+    same_cpu = c["cpu_observed"] == c["sim_cpu_value"]
+    out = pd.DataFrame({
+        "policy": c["policy"], "compared": 1, "same_cpu_value": same_cpu,
+        "both_wrong": hw_wrong & sim_wrong, "sim_only": sim_wrong & ~hw_wrong,
+        "hardware_only": hw_wrong & ~sim_wrong,
+        "differ_margin_lt_5us": ~same_cpu & (c["sim_margin_ns"].abs() < 5_000),
+    }).groupby("policy", sort=True).sum().reset_index()  # fmt: skip
+    skipped = df[~landed].groupby("policy").size().rename("read_before_landing_not_compared")
+    return out.merge(skipped.reset_index(), on="policy", how="left").fillna(0)
+
+
 def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
     """What one request consumed, by landing position (the minimal race: R at step 4).
 

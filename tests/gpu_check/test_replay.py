@@ -131,3 +131,74 @@ def test_cuda_replay_real_memory_agrees(minimal) -> None:
     assert (table["agreement"] >= 0.98).all(), table
     assert table.loc["device-authoritative", "gpu_wrong_observed"] == 0
     assert table.loc["sync-before-moves", "gpu_wrong_observed"] == 0
+
+
+def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> None:
+    """Scripted landings at the model's predicted positions: every compared read matches."""
+    sim_run = tmp_path / "sim"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim",
+            "run",
+            "--policy",
+            "all",
+            "--steps",
+            "200",
+            "--out",
+            str(sim_run),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_check",
+            "replay",
+            "--device",
+            "cpu",
+            "--sim-run",
+            str(sim_run),
+            "--out",
+            str(tmp_path / "rp"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    import pandas as pd
+
+    from sim.compare import prediction_agreement
+
+    table = prediction_agreement(pd.read_parquet(tmp_path / "rp" / "observed.parquet"))
+    assert len(table) == len(POLICIES)
+    assert (table["same_cpu_value"] == table["compared"]).all(), table
+    assert (table["sim_only"] + table["hardware_only"] == 0).all()
+    assert table["compared"].min() > 1000
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_check",
+            "replay",
+            "--device",
+            "cpu",
+            "--sim-run",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "x"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and "not a `python -m sim run` directory" in bad.stderr
