@@ -106,10 +106,16 @@ def prediction_agreement(observed: pd.DataFrame) -> pd.DataFrame:
         "policy": c["policy"], "compared": 1, "same_cpu_value": same_cpu,
         "both_wrong": hw_wrong & sim_wrong, "sim_only": sim_wrong & ~hw_wrong,
         "hardware_only": hw_wrong & ~sim_wrong,
-        "differ_margin_lt_5us": ~same_cpu & (c["sim_margin_ns"].abs() < 5_000),
     }).groupby("policy", sort=True).sum().reset_index()  # fmt: skip
+    # How close to a flip the differing reads were: the model's landing-to-op margin.
+    margin = (c.loc[~same_cpu, "sim_margin_ns"].abs() / 1000).groupby(c["policy"]).max()
+    out["differ_max_margin_us"] = out["policy"].map(margin).fillna(0).round(1)
     skipped = df[~landed].groupby("policy").size().rename("read_before_landing_not_compared")
-    return out.merge(skipped.reset_index(), on="policy", how="left").fillna(0)
+    out = out.merge(skipped.reset_index(), on="policy", how="left")
+    out["read_before_landing_not_compared"] = (
+        out["read_before_landing_not_compared"].fillna(0).astype(int)
+    )
+    return out
 
 
 def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:

@@ -30,6 +30,7 @@ def command_output(*argv: str) -> str:
     ("gpu_check", "summary"),
     ("sim", "compare", "data/replay/observed_minimal-race.parquet", "--req-id", "R", "--step", "4"),
     ("sim", "compare", "data/replay/observed_qwen35-mtp3.parquet"),
+    ("sim", "compare", "data/replay/observed_simrun_qwen35-mtp3.parquet"),
 ])  # fmt: skip
 def test_committed_data_tables_match(argv: tuple[str, ...]) -> None:
     assert command_output(*argv).strip() in README, f"README is stale: rerun {' '.join(argv)}"
