@@ -5,7 +5,15 @@
 # drawn:  landings drawn over the row-op window (minimal-race x500, qwen35-mtp3 with --gdn)
 # simrun: qwen35-mtp3 simulated by sim (1000 steps, every policy), then replayed with the
 #         model's own op and landing times; the model's verdict sits beside the hardware's
+# Needs simpy (and torch, triton): installed, or as wheels in .whl/ (installed to /tmp/site),
+#   python3 -m pip download --no-deps --only-binary=:all: -d .whl simpy==4.1.2 fla-core==0.6.0
 set -euo pipefail
+if ! python3 -c "import simpy" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
 OUT="${OUT:-data/replay}"
 MODE="${1:-all}"
 mkdir -p "$OUT"
