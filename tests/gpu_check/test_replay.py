@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"H": 2, "HV": 4, "K": 16, "V": 8}
 
 
+def run_module(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def minimal():
     sc = load_scenario("minimal-race")
@@ -68,51 +73,12 @@ def test_gdn_consequence_wrong_iff_diverged(minimal) -> None:
 
 
 def test_replay_cli_cpu_and_compare(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpu_check",
-            "replay",
-            "--device",
-            "cpu",
-            "--reps",
-            "5",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = run_module("gpu_check", "replay", "--device", "cpu", "--reps", "5", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(
-        [sys.executable, "-m", "sim", "compare", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_module("sim", "compare", str(tmp_path), timeout=120)
     assert r.returncode == 0 and "synced-gather" in r.stdout
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpu_check",
-            "replay",
-            "--device",
-            "cpu",
-            "--policy",
-            "nope",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_module("gpu_check", "replay", "--device", "cpu", "--policy", "nope", "--out",
+                     str(tmp_path), timeout=120)  # fmt: skip
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "unknown policy 'nope'" in bad.stderr
 
@@ -135,70 +101,22 @@ def test_cuda_replay_real_memory_agrees(minimal) -> None:
 
 def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> None:
     """Scripted landings at the model's predicted positions: every compared read matches."""
-    sim_run = tmp_path / "sim"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sim",
-            "run",
-            "--policy",
-            "all",
-            "--steps",
-            "200",
-            "--out",
-            str(sim_run),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpu_check",
-            "replay",
-            "--device",
-            "cpu",
-            "--sim-run",
-            str(sim_run),
-            "--out",
-            str(tmp_path / "rp"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
     import pandas as pd
 
     from sim.compare import prediction_agreement
 
-    table = prediction_agreement(pd.read_parquet(tmp_path / "rp" / "observed.parquet"))
+    sim_run = tmp_path / "sim"
+    r = run_module("sim", "run", "--policy", "all", "--steps", "200", "--out", str(sim_run))
+    assert r.returncode == 0, r.stderr
+    rp = tmp_path / "rp"
+    r = run_module("gpu_check", "replay", "--device", "cpu", "--sim-run", str(sim_run),
+                   "--out", str(rp))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    table = prediction_agreement(pd.read_parquet(rp / "observed.parquet"))
     assert len(table) == len(POLICIES)
     assert (table["same_cpu_value"] == table["compared"]).all(), table
     assert (table["sim_only"] + table["hardware_only"] == 0).all()
     assert table["compared"].min() > 1000
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gpu_check",
-            "replay",
-            "--device",
-            "cpu",
-            "--sim-run",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "x"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_module("gpu_check", "replay", "--device", "cpu", "--sim-run", str(tmp_path),
+                     "--out", str(tmp_path / "x"), timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "not a `python -m sim run` directory" in bad.stderr
