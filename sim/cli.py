@@ -1,4 +1,4 @@
-"""Command line: ``schedule``, ``run`` and ``bench``.
+"""Command line: ``schedule``, ``run``, ``sweep``, ``plot``, ``perfetto``, ``compare``, ``bench``.
 
 Every :class:`SpecraceError` becomes one ``error: ...`` line on stderr and exit code 2.
 """
