@@ -225,7 +225,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m sim",
+        description="Predict when vLLM async spec decoding reads a wrong accepted count.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("schedule", help="write the timing-free schedule.json")
     s.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
