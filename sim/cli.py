@@ -12,7 +12,13 @@ from pathlib import Path
 from sim import schedule as schedule_mod
 from sim.errors import SpecraceError
 from sim.io import atomic_write_text, ensure_out_dir
-from sim.params import Scenario, load_scenario, scenario_from_dict, with_overrides
+from sim.params import (
+    Scenario,
+    load_scenario,
+    scenario_from_dict,
+    timing_file_overrides,
+    with_overrides,
+)
 from sim.policies import POLICIES, get_policy
 from sim.scheduling import build_schedule
 
@@ -56,18 +62,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timing_file_overrides(files: list[str]) -> dict[str, str]:
-    import json
-
-    from sim.params import _read_toml
-
-    out: dict[str, str] = {}
-    for f in files:
-        for k, v in _read_toml(Path(f)).get("timing", {}).items():
-            out[f"timing.{k}"] = json.dumps(v)
-    return out
-
-
 def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
     """From ``--schedule PATH`` (its own scenario and seed; ``--set`` may change timing only)
     or from ``--scenario/--seed/--steps``."""
@@ -77,7 +71,7 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
         return scenario, build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
     sched = schedule_mod.read_schedule(Path(args.schedule))
     if args.timing:
-        overrides = {**_timing_file_overrides(args.timing), **overrides}
+        overrides = {**timing_file_overrides(args.timing), **overrides}
     if any(not k.startswith("timing.") for k in overrides):
         raise SpecraceError(
             "with --schedule, --set may change timing.* only (the schedule fixes "

@@ -50,7 +50,6 @@ class Stream:
         # A deque plus one wake-up event: cheaper than simpy.Store's put/get events.
         self._queue: deque[WorkItem] = deque()
         self._wakeup: simpy.Event | None = None
-        self.busy_ns = 0
         env.process(self._run())
 
     def enqueue(
@@ -85,7 +84,6 @@ class Stream:
                 env.schedule(done_at, URGENT, item.duration_ns)
                 yield done_at
             item.end_ns = env.now
-            self.busy_ns += item.duration_ns
             if item.on_done is not None:
                 item.on_done(env.now)
             if self.on_item is not None:

@@ -80,9 +80,6 @@ class InputBatchRows:
         """Requests in row order (holes left by removals skipped until condense)."""
         return [r for r in self._req_ids if r is not None]
 
-    def row_of(self, req_id: str) -> int:
-        return self.req_id_to_index[req_id]
-
     # -- BatchUpdateBuilder's removed list -----------------------------------------------
     def _sorted_removed(self) -> list[int]:
         if not self._removed_sorted:

@@ -244,15 +244,21 @@ def load_scenario(
     then ``section.key=value`` overrides, and validate a scenario."""
     path = scenario_path(name_or_path)
     raw = _read_toml(path)
-    for tf in timing_files:
-        table = _read_toml(Path(tf))
-        extra = set(table) - {"timing"}
-        if extra:
-            raise SpecraceError(f"{tf}: a timing file holds only [timing], not {sorted(extra)}")
-        raw.setdefault("timing", {}).update(table.get("timing", {}))
-    for key, text in (overrides or {}).items():
+    for key, text in {**timing_file_overrides(timing_files), **(overrides or {})}.items():
         _apply_override(raw, key, text, path)
     return scenario_from_dict(raw, path.stem, str(path))
+
+
+def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``timing.key -> value`` from ``[timing]``-only TOML files, later files winning."""
+    out: dict[str, str] = {}
+    for f in files:
+        table = _read_toml(Path(f))
+        extra = set(table) - {"timing"}
+        if extra:
+            raise SpecraceError(f"{f}: a timing file holds only [timing], not {sorted(extra)}")
+        out.update({f"timing.{k}": json.dumps(v) for k, v in table.get("timing", {}).items()})
+    return out
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

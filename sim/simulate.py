@@ -48,7 +48,6 @@ class StepTiming:
     read_ns: int = -1
     wait_ns: int = 0  # time the worker spent blocked on num_accepted_tokens_event
     forward_start_ns: int = -1
-    sample_end_ns: int = -1
     land_ns: int = -1
     cpu_counts: np.ndarray | None = None  # what the CPU put into num_accepted_tokens
 
@@ -280,16 +279,13 @@ class Model:
         counts = rec.accepted.copy()
         s = self.default_stream
 
-        def sampled(now: int) -> None:
-            tim.sample_end_ns = now
-
         def landed(now: int) -> None:
             tim.land_ns = now
             self.buf[: len(counts)] = counts
             self.private[: len(counts)] = counts
             self.log("default_stream", "counts_d2h_land", step, value=len(counts))
 
-        s.enqueue("sample", step, jg(t.gpu_sample_ns), on_done=sampled)
+        s.enqueue("sample", step, jg(t.gpu_sample_ns))
         s.enqueue("counts_d2h", step, jg(t.dma_land_delay_ns), on_done=landed)
         self.num_accepted_tokens_event.record(s, step)
         marker = s.enqueue("prepare_next_token_ids", step, 0)

@@ -69,3 +69,32 @@ def test_measured_timing_table() -> None:
     )
     table = "\n".join(out.strip().splitlines()[-7:])
     assert table in README, "README is stale: rerun the measured-timing command"
+
+
+def test_measured_timing_prose_matches_the_params_files() -> None:
+    import tomllib
+
+    h200 = tomllib.loads((ROOT / "data/params/h200.toml").read_text())["timing"]
+    rows = tomllib.loads((ROOT / "data/params/vllm-0.24.0-row-ops.toml").read_text())["timing"]
+    for text in (f"D2H landing {h200['dma_land_delay_ns'] / 1000:.0f} µs",
+                 f"event sync {h200['worker_event_sync_ns'] / 1000:.1f} µs",
+                 f"add {rows['worker_add_ns'] / 1000:.0f} µs",
+                 f"swap {rows['worker_swap_ns'] / 1000:.0f} µs"):  # fmt: skip
+        assert text in " ".join(README.split()), text
+
+
+def test_replay_at_model_timing_prose_matches_the_data() -> None:
+    import pandas as pd
+
+    from sim.compare import prediction_agreement
+
+    obs = pd.read_parquet(ROOT / "data/replay/observed_simrun_qwen35-mtp3.parquet")
+    t = prediction_agreement(obs).set_index("policy")
+    align, synced = t.loc["align"], t.loc["synced-gather"]
+    assert align["sim_only"] == 0 and align["hardware_only"] == 0
+    prose = " ".join(README.split())
+    assert f"reproduced all {int(align['both_wrong'])} wrong counts" in prose
+    same, compared = int(synced["same_cpu_value"]), int(synced["compared"])
+    assert f"{same:,} of {compared:,} compared reads" in prose
+    assert f"the model's {synced['differ_max_margin_us']:.0f} µs margin" in prose
+    assert synced["hardware_only"] == 1 and "consumed 4 on the hardware" in prose
