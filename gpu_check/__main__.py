@@ -98,6 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
+    v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
+    v.add_argument("--modes", default="align,none", help="comma list of align,none")
+    v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
+    v.add_argument("--num-requests", type=_positive, default=192)
+    v.add_argument("--k", type=_positive, default=3, help="MTP draft tokens per step")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
+    v.add_argument("--out", required=True)
+
+    e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")
+    e.add_argument("raw", help="a raw_<mode>_<config>.json from vllm-run")
+    e.add_argument("--out", required=True)
+
+    a = sub.add_parser("vllm-compare", help="sim's prediction of every read of an exported run")
+    a.add_argument("dir", help="a folder written by vllm-export")
+    a.add_argument("--json", action="store_true")
     return p
 
 
@@ -230,6 +246,23 @@ def cmd_summary(args: argparse.Namespace) -> str:
     return _check_input(summary_markdown, Path(args.dir))
 
 
+def cmd_vllm_export(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.export import export_run
+
+    return json.dumps(_check_input(export_run, Path(args.raw), Path(args.out)), indent=2)
+
+
+def cmd_vllm_compare(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.agreement import compare_dir, report_text
+
+    report = _check_input(compare_dir, Path(args.dir))
+    return json.dumps(report, indent=2) if args.json else report_text(report)
+
+
 COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
@@ -237,12 +270,18 @@ COMMANDS = {
     "summary": cmd_summary,
     "replay": cmd_replay,
     "calibrate": cmd_calibrate,
+    "vllm-export": cmd_vllm_export,
+    "vllm-compare": cmd_vllm_compare,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if args.cmd == "vllm-run":  # its own exit status; one line when CUDA or vLLM is missing
+            from gpu_check.vllm.run import main_run
+
+            return main_run(args)
         print(COMMANDS[args.cmd](args))
     except UsageError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)

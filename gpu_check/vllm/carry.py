@@ -1,0 +1,133 @@
+"""What the GPU machine needs beyond its image, and how a carried vLLM tree is set up there.
+
+The GPU machine has torch, triton, numpy, pandas and transformers but no vLLM and no network.
+``scripts/vllm_inputs.sh`` builds a carry folder (default ``.vllmcarry/``) holding:
+
+- ``vllm-<V>.zip``: the ``.py`` files and dist-info of the vLLM wheel, without its compiled
+  extensions (``*.so``), vendored headers and tuned-kernel JSON tables;
+- ``whl/``: the small pure-Python or manylinux wheels ``import vllm`` needs that the image lacks,
+  pinned (pydantic, fastapi, openai, msgspec, pyzmq, cbor2, compressed-tensors, ...), and simpy;
+- ``stubs/``: import stubs written by :func:`write_stubs` for the structured-output backends
+  (xgrammar, llguidance, outlines_core, lmformatenforcer). vLLM imports them at start-up; their
+  classes raise if used. Guided decoding is therefore off; the run does not use it;
+- ``src/``: this project's ``sim`` and ``gpu_check`` trees, put first on ``PYTHONPATH``.
+
+:func:`prepare` (on the GPU machine) installs the wheels into a folder, unpacks the vLLM tree,
+applies the two changes listed in :data:`CHANGES`, and puts both on ``sys.path``. It changes no
+line of vLLM's runner, scheduler, input batch or kernels.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+STUB_PACKAGES = (
+    "xgrammar",
+    "llguidance",
+    "llguidance.hf",
+    "llguidance.torch",
+    "outlines_core",
+    "outlines_core.json_schema",
+    "lmformatenforcer",
+    "lmformatenforcer.integrations",
+)
+
+STUB_SOURCE = '''"""specrace import stub: a structured-output backend, not carried (never used)."""
+
+__version__ = "0.0.0+specrace-stub"
+
+
+class _Missing:
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(f"{__name__} is an import stub: guided decoding is not available")
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (_Missing,), {})
+'''
+
+# The flash-attention wrapper raises at import when its .so files are absent; the runner
+# imports it on CUDA even with the Triton backend. Only the import is needed.
+FLASH_ATTN_FILE = "vllm/vllm_flash_attn/__init__.py"
+FLASH_ATTN_OLD = "if not (FA2_AVAILABLE or FA3_AVAILABLE):"
+FLASH_ATTN_NEW = "if False:  # specrace: .so files not carried, only the import is needed"
+
+C_SHIM_FILE = "vllm/_C_stable_libtorch.py"
+C_SHIM = (
+    '"""specrace: stand-in for the compiled extension (see gpu_check/vllm/c_ops.py)."""\n'
+    "from gpu_check.vllm.c_ops import register\n\nregister()\n"
+)
+
+CHANGES = {
+    FLASH_ATTN_FILE: "import no longer raises when the flash-attention .so files are absent",
+    C_SHIM_FILE: "new file: registers gpu_check.vllm.c_ops instead of the compiled extension",
+}
+
+
+def write_stubs(dest: Path) -> list[Path]:
+    """One ``__init__.py`` per stub package under ``dest``."""
+    out = []
+    for pkg in STUB_PACKAGES:
+        d = dest.joinpath(*pkg.split("."))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "__init__.py").write_text(STUB_SOURCE)
+        out.append(d / "__init__.py")
+    return out
+
+
+class CarryError(RuntimeError):
+    """The carry folder is missing or incomplete (reported as one line)."""
+
+
+def find_zip(carry: Path, version: str | None = None) -> Path:
+    pattern = f"vllm-{version}.zip" if version else "vllm-*.zip"
+    hits = sorted(carry.glob(pattern))
+    if not hits:
+        raise CarryError(f"no {pattern} in {carry} (build it with scripts/vllm_inputs.sh)")
+    return hits[-1]
+
+
+def prepare(carry: Path, work: Path = Path("/tmp/specrace-vllm"), version: str | None = None):
+    """Install the wheels, unpack and adjust vLLM, extend ``sys.path``. Returns the vLLM root."""
+    carry = carry.resolve()
+    archive = find_zip(carry, version)
+    site, tree = work / "site", work / archive.stem
+    wheels = sorted(glob.glob(str(carry / "whl" / "*.whl")))
+    if wheels and not (site / ".done").exists():
+        flags = ["-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade"]
+        cmd = [sys.executable, "-m", "pip", "install", *flags, "--target", str(site), *wheels]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CarryError(f"pip install of the carried wheels failed: {res.stderr[-400:]}")
+        (site / ".done").write_text("ok\n")
+    if not (tree / ".done").exists():
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(tree)
+        apply_changes(tree)
+        (tree / ".done").write_text("ok\n")
+    stubs = carry / "stubs"
+    for p in (str(stubs), str(tree), str(site)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    # a child process (Triton's compiler, vLLM helpers) must see the same packages
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(site), str(tree), str(stubs), os.environ.get("PYTHONPATH", "")]
+    )
+    return tree
+
+
+def apply_changes(tree: Path) -> None:
+    fa = tree / FLASH_ATTN_FILE
+    text = fa.read_text()
+    if text.count(FLASH_ATTN_OLD) != 1:
+        raise CarryError(f"{FLASH_ATTN_FILE}: expected line not found once (another vLLM?)")
+    fa.write_text(text.replace(FLASH_ATTN_OLD, FLASH_ATTN_NEW))
+    if not (tree / "vllm" / "_C_stable_libtorch.abi3.so").exists():
+        (tree / C_SHIM_FILE).write_text(C_SHIM)

@@ -1,0 +1,350 @@
+"""``python -m gpu_check vllm-run``: real vLLM in-process on one GPU, instrumented.
+
+One process builds one ``vllm.LLM`` per mamba mode (align, none) with the tiny Qwen3-Next of
+``config``, zeroes its weights (every draft accepted), and runs every configuration on it:
+concurrency is set per configuration through the scheduler's ``max_num_running_reqs`` (the
+engine is built for the largest), the GPU delay through the forward hook. Per configuration:
+a baseline pass with only a step clock (``Recorder(level="timing")``), then the instrumented
+pass on the same workload (prefix cache reset before each). Output per mode and configuration:
+``raw_<mode>_<config>.json`` (every step's record, see ``instrument``) and ``summary.json``.
+
+Engine set-up that is not vLLM's default, and why:
+
+- ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core and the worker run in this process, so
+  the hooks can reach the runner. The order of ``schedule``/``execute_model``/``sample_tokens``
+  is the same as with the multiprocess engine; the IPC latencies are absent;
+- ``VLLM_USE_V2_MODEL_RUNNER=0``: the V1 runner, where the race lives (vllm-versions.md);
+- ``enforce_eager``: no CUDA graphs or torch.compile (a cold compile would not fit a session);
+- Qwen3-Next's model class insists on at least one MoE layer; ``_allow_no_experts`` lets its
+  ``set_moe_parameters`` accept zero, since the tiny model has dense MLPs only.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_check.vllm.config import EngineConfig, RunConfig, workload, write_model_dir
+
+ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_USE_V2_MODEL_RUNNER": "0",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "VLLM_USE_DEEP_GEMM": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+T0 = time.time()
+
+
+def log(*parts: object) -> None:
+    print(f"[vllm-run {time.time() - T0:7.1f}s]", *parts, flush=True)
+
+
+class Unavailable(RuntimeError):
+    """No CUDA, or no vLLM to import: reported as one line by the CLI."""
+
+
+def ensure_vllm(carry: str | None) -> str:
+    """Import vLLM, setting up the carried tree first if there is one. Returns its version."""
+    for k, v in ENV.items():
+        os.environ.setdefault(k, v)
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable(
+            "vllm-run needs torch with a CUDA device; torch is not installed"
+        ) from None
+    if not torch.cuda.is_available():
+        raise Unavailable("vllm-run needs a CUDA device and none is available")
+    if carry and Path(carry).is_dir():
+        from gpu_check.vllm.carry import CarryError, prepare
+
+        try:
+            prepare(Path(carry))
+        except CarryError as e:
+            raise Unavailable(str(e)) from None
+    try:
+        import vllm
+    except ImportError as e:
+        where = f" (carry folder {carry} not found)" if carry and not Path(carry).is_dir() else ""
+        raise Unavailable(f"vllm-run needs vLLM and cannot import it: {e}{where}") from None
+    return vllm.__version__
+
+
+def _allow_no_experts() -> None:
+    from vllm.model_executor.models import qwen3_next
+
+    cls = qwen3_next.QwenNextMixtureOfExperts
+    if getattr(cls, "_specrace_no_experts", False):
+        return
+    orig = cls.set_moe_parameters
+
+    def set_moe_parameters(self):
+        try:
+            orig(self)
+        except RuntimeError:  # "no MoE layer found": a dense model, as intended here
+            self.expert_weights, self.moe_layers = [], []
+            for name in ("num_moe_layers", "num_shared_experts", "num_logical_experts",
+                         "num_physical_experts", "num_local_physical_experts",
+                         "num_routed_experts", "num_redundant_experts"):  # fmt: skip
+                setattr(self, name, 0)
+            self.num_expert_groups = 1
+
+    cls.set_moe_parameters = set_moe_parameters
+    cls._specrace_no_experts = True
+
+
+def _runner(llm: Any) -> Any:
+    core = llm.llm_engine.engine_core.engine_core
+    return core.model_executor.driver_worker.worker.model_runner
+
+
+def _scheduler(llm: Any) -> Any:
+    return llm.llm_engine.engine_core.engine_core.scheduler
+
+
+def _resolved(runner: Any) -> dict[str, Any]:
+    vc = runner.vllm_config
+
+    def safe(f):
+        try:
+            return f()
+        except Exception as e:  # noqa: BLE001 - a report, not control flow
+            return f"<{type(e).__name__}: {e}>"
+
+    return {
+        "runner_class": safe(lambda: f"{type(runner).__module__}.{type(runner).__name__}"),
+        "mamba_cache_mode": safe(lambda: vc.cache_config.mamba_cache_mode),
+        "enable_prefix_caching": safe(lambda: vc.cache_config.enable_prefix_caching),
+        "block_size": safe(lambda: vc.cache_config.block_size),
+        "mamba_block_size": safe(lambda: vc.cache_config.mamba_block_size),
+        "async_scheduling": safe(lambda: vc.scheduler_config.async_scheduling),
+        "use_async_spec_decode": safe(lambda: runner.use_async_spec_decode),
+        "num_spec_tokens": safe(lambda: runner.num_spec_tokens),
+        "drafter": safe(lambda: type(runner.drafter).__name__),
+        "target_model": safe(lambda: type(runner.model).__name__),
+        "max_concurrent_batches": safe(lambda: vc.max_concurrent_batches),
+        "max_num_reqs": safe(lambda: runner.max_num_reqs),
+    }
+
+
+def build_llm(engine: EngineConfig, model_dir: Path) -> tuple[Any, dict[str, Any]]:
+    import torch
+    from vllm import LLM
+
+    _allow_no_experts()
+    t = time.time()
+    llm = LLM(**engine.llm_kwargs(str(model_dir)))
+    info = {"init_s": round(time.time() - t, 1)}
+    runner = _runner(llm)
+    with torch.no_grad():  # zero logits -> argmax 0 -> every draft accepted
+        n_target = sum(p.zero_().numel() for p in runner.model.parameters())
+        n_drafter = sum(p.zero_().numel() for p in runner.drafter.model.parameters())
+    torch.cuda.synchronize()
+    info["zeroed_params"] = {"target": n_target, "drafter": n_drafter}
+    info["resolved"] = _resolved(runner)
+    return llm, info
+
+
+def drive(llm: Any, requests: list[dict[str, Any]], tag: str) -> dict[str, Any]:
+    """Add requests at their arrival step and step the engine until all are done."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    engine = llm.llm_engine
+    pending = sorted(requests, key=lambda r: (r["arrival_step"], r["req_index"]))
+    step, tokens, t = 0, 0, time.perf_counter()
+    while pending or engine.has_unfinished_requests():
+        while pending and pending[0]["arrival_step"] <= step:
+            r = pending.pop(0)
+            sp = SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True,
+                                detokenize=False)  # fmt: skip
+            engine.add_request(
+                f"{tag}{r['req_index']}", TokensPrompt(prompt_token_ids=r["prompt_token_ids"]), sp
+            )
+        for out in engine.step():
+            if out.finished:
+                tokens += len(out.outputs[0].token_ids)
+        step += 1
+    return {"engine_steps": step, "out_tokens": tokens, "wall_s": round(time.perf_counter() - t, 3)}
+
+
+def _interval_stats(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    from gpu_check.vllm.instrument import step_intervals_ms
+
+    d = step_intervals_ms(steps) if len(steps) > 1 else np.zeros(0)
+    if not len(d):
+        return {"median_ms": None, "p10_ms": None, "p90_ms": None, "mean_ms": None}
+    pct = np.percentile(d, [10, 50, 90])
+    return {
+        "median_ms": round(float(pct[1]), 3),
+        "p10_ms": round(float(pct[0]), 3),
+        "p90_ms": round(float(pct[2]), 3),
+        "mean_ms": round(float(d.mean()), 3),
+    }
+
+
+def run_config(llm: Any, cfg: RunConfig, mode: str, out: Path, ns_per_cycle: float) -> dict:
+    from gpu_check.vllm.instrument import Recorder
+
+    runner = _runner(llm)
+    _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
+    reqs = workload(cfg)
+    result: dict[str, Any] = {"config": cfg.to_dict()}
+    if cfg.baseline:
+        llm.reset_prefix_cache()
+        rec = Recorder(runner, "timing", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+        try:
+            result["baseline"] = drive(llm, reqs, f"b{cfg.name}-")
+        finally:
+            rec.uninstall()
+        result["baseline"] |= {"runner_steps": len(rec.steps), **_interval_stats(rec.finish())}
+    llm.reset_prefix_cache()
+    rec = Recorder(runner, "full", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+    try:
+        result["instrumented"] = drive(llm, reqs, f"{cfg.name}-")
+    finally:
+        rec.uninstall()
+    steps = rec.finish()
+    result["instrumented"] |= {"runner_steps": len(steps), **_interval_stats(steps)}
+    raw = {
+        "schema": "specrace.vllm_raw",
+        "mode": mode,
+        "config": cfg.to_dict(),
+        "num_speculative_tokens": int(runner.num_spec_tokens),
+        "max_num_reqs": int(runner.max_num_reqs),
+        "sleep_ns_per_cycle": ns_per_cycle,
+        "requests": [
+            {
+                "req_id": f"{cfg.name}-{r['req_index']}",
+                "arrival_step": r["arrival_step"],
+                "prompt_len": len(r["prompt_token_ids"]),
+                "output_len": r["max_tokens"],
+            }
+            for r in reqs
+        ],  # fmt: skip
+        "steps": steps,
+    }
+    path = out / f"raw_{mode}_{cfg.name}.json"
+    path.write_text(json.dumps(raw, separators=(",", ":")) + "\n")
+    result["raw"] = path.name
+    return result
+
+
+def shutdown(llm: Any) -> None:
+    import torch
+
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception as e:  # noqa: BLE001
+        log("engine shutdown:", repr(e))
+    del llm
+    gc.collect()
+    try:
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+    except Exception as e:  # noqa: BLE001
+        log("cleanup_dist_env_and_memory:", repr(e))
+    torch.cuda.empty_cache()
+
+
+MODEL_DIR = Path("/tmp/specrace-tiny-qwen3-next")
+
+
+def run(
+    modes: list[str], configs: list[RunConfig], out: Path, k: int = 3, version: str = ""
+) -> dict:
+    """Every mode x every configuration; one summary.json. Errors are recorded, not hidden."""
+    from gpu_check.environment import environment
+    from gpu_check.vllm import c_ops
+    from gpu_check.vllm.instrument import calibrate_sleep
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_model_dir(MODEL_DIR)
+    capacity = max(c.max_num_seqs for c in configs)
+    summary: dict[str, Any] = {"environment": environment(), "vllm_version": version,
+                               "modes": {}, "errors": []}  # fmt: skip
+    ns_per_cycle = calibrate_sleep()
+    summary["sleep_ns_per_cycle"] = ns_per_cycle
+    for mode in modes:
+        engine = EngineConfig(
+            mamba_cache_mode=mode, num_speculative_tokens=k, max_num_seqs=capacity
+        )
+        entry: dict[str, Any] = {"engine": asdict(engine), "configs": []}
+        summary["modes"][mode] = entry
+        try:
+            llm, info = build_llm(engine, MODEL_DIR)
+        except Exception as e:  # noqa: BLE001 - recorded; the next mode may still run
+            summary["errors"].append({"mode": mode, "stage": "LLM()", "error": repr(e)[:2000]})
+            log(f"{mode}: LLM() failed: {e!r}")
+            _dump(summary, out)
+            continue
+        entry |= info
+        log(f"{mode}: LLM ready in {info['init_s']} s", json.dumps(info["resolved"]))
+        warm = RunConfig(max_num_seqs=capacity, num_requests=2 * capacity, baseline=False)
+        t = time.time()
+        drive(llm, workload(warm), "warm-")
+        entry["warmup_s"] = round(time.time() - t, 1)
+        for cfg in configs:
+            try:
+                res = run_config(llm, cfg, mode, out, ns_per_cycle)
+            except Exception as e:  # noqa: BLE001
+                summary["errors"].append(
+                    {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}
+                )
+                log(f"{mode} {cfg.name}: failed: {e!r}")
+                continue
+            entry["configs"].append(res)
+            log(
+                f"{mode} {cfg.name}:",
+                json.dumps({k: res[k] for k in ("baseline", "instrumented") if k in res}),
+            )
+            _dump(summary, out)
+        shutdown(llm)
+    summary["c_ops_calls"] = dict(c_ops.CALLS)
+    _dump(summary, out)
+    return summary
+
+
+def _dump(summary: dict, out: Path) -> None:
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+
+
+def main_run(args: Any) -> int:
+    """The CLI entry: one line and status 2 when CUDA or vLLM is missing."""
+    from gpu_check.vllm.config import parse_configs
+
+    try:
+        configs = parse_configs(
+            args.configs, RunConfig(num_requests=args.num_requests, seed=args.seed)
+        )
+    except ValueError as e:
+        print(f"gpu_check: error: {e}", file=sys.stderr)
+        return 2
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in ("align", "none")]
+    if bad or not modes:
+        print(f"gpu_check: error: --modes takes align,none; got {args.modes!r}", file=sys.stderr)
+        return 2
+    try:
+        version = ensure_vllm(args.carry)
+    except Unavailable as e:
+        print(f"gpu_check: error: {e}", file=sys.stderr)
+        return 2
+    log("vLLM", version)
+    summary = run(modes, configs, Path(args.out), k=args.k, version=version)
+    return 1 if summary["errors"] else 0

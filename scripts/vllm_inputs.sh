@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Build the folder the GPU machine needs for `python -m gpu_check vllm-run` (run it here, on
+# the workstation, with network; the GPU machine has none). A second run reuses the downloads.
+#   scripts/vllm_inputs.sh [DEST]          DEST defaults to .vllmcarry (git-ignored)
+#   SPECRACE_VLLM_VERSION=0.33.0 ...       another vLLM release (default 0.24.0)
+# DEST then holds (gpu_check/vllm/carry.py says what each part stands in for):
+#   vllm-<V>.zip  the wheel's .py files + dist-info: no .so, no vendored headers, no tuned JSON
+#   whl/          the small wheels `import vllm` needs that the GPU image lacks, pinned, + simpy
+#   stubs/        import stubs for the structured-output backends (never used by the run)
+#   src/          this checkout's sim/ and gpu_check/ (the code the GPU machine runs)
+#   run.sh        scripts/vllm_device.sh
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+dest="$(realpath -m "${1:-$repo/.vllmcarry}")"
+version="${SPECRACE_VLLM_VERSION:-0.24.0}"
+py="${PYTHON:-$repo/.venv/bin/python}"
+test -x "$py" || py=python3
+cache="$repo/.cache/wheels"
+mkdir -p "$dest/whl" "$cache"
+
+# 1. vLLM's wheel (about 280 MB, once), reduced to its Python files
+wheel="$(ls "$cache"/vllm-"$version"-*.whl 2>/dev/null | head -n1 || true)"
+if [[ -z "$wheel" ]]; then
+    "$py" -m pip download -q "vllm==$version" --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$cache"
+    wheel="$(ls "$cache"/vllm-"$version"-*.whl | head -n1)"
+fi
+"$py" - "$wheel" "$dest/vllm-$version.zip" <<'PY'
+import re
+import sys
+import zipfile
+
+src, dst = sys.argv[1], sys.argv[2]
+drop = re.compile(
+    r"\.so$|^vllm/vllm-rs|/include/|\.jpg$|^vllm/entrypoints/serve/instrumentator/static/"
+    r"|^vllm/model_executor/layers/fused_moe/configs/.*\.json$"
+    r"|^vllm/model_executor/layers/quantization/utils/configs/.*\.json$"
+    r"|^vllm/kernels/helion/configs/.*\.json$"
+)
+n = 0
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
+    for item in zin.infolist():
+        if item.is_dir() or drop.search(item.filename):
+            continue
+        zout.writestr(item, zin.read(item.filename))
+        n += 1
+print(f"vllm_inputs: {n} files of {src.rsplit('/', 1)[-1]} -> {dst}")
+PY
+
+# 2. what `import vllm` + `vllm.LLM` need beyond the GPU image (pins: vLLM 0.24.0's import chain
+#    as resolved in the conformance environment; the image has torch, numpy, transformers, ...)
+rm -f "$dest"/whl/*.whl
+"$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_26_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64 \
+    --platform manylinux_2_34_x86_64 -d "$dest/whl" \
+    annotated-types==0.8.0 cachetools==8.0.2 cbor2==6.3.0 compressed-tensors==0.17.0 \
+    fastapi==0.136.3 starlette==1.10.0 loguru==0.7.3 msgspec==0.23.0 openai==3.57.0 \
+    httpx2==2.16.2 httpcore2==2.16.2 jiter==0.19.0 sniffio==1.3.1 truststore==0.10.5 \
+    idna==3.20 openai-harmony==0.0.8 partial-json-parser==0.2.1.1.post7 pybase64==1.5.1 \
+    pydantic==2.14.4 pydantic-core==2.50.5 pyzmq==27.3.0 typing-inspection==0.4.5 \
+    typing_extensions==4.16.0 simpy==4.1.2
+
+# 3. stubs and this checkout's code
+rm -rf "$dest/stubs" "$dest/src"
+mkdir -p "$dest/src"
+(cd "$repo" && PYTHONPATH="$repo" "$py" -c \
+    "import sys; from pathlib import Path; from gpu_check.vllm.carry import write_stubs; write_stubs(Path(sys.argv[1]))" \
+    "$dest/stubs")
+tar -C "$repo" --exclude=__pycache__ -cf - sim gpu_check | tar -C "$dest/src" -xf -
+cp "$repo/scripts/vllm_device.sh" "$dest/run.sh"
+git -C "$repo" rev-parse HEAD > "$dest/COMMIT" 2>/dev/null || echo uncommitted > "$dest/COMMIT"
+du -sh "$dest"
