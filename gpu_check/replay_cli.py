@@ -148,7 +148,7 @@ def _scripted_landing(t, policy) -> int:
     """Op index before which the counts land (ties: the GPU first, sim/cuda.py); -1 = later."""
     if t.land_ns > t.read_ns:
         return -1
-    return int((t.ops_end_ns < t.land_ns).sum()) if policy.wait != "before_moves" else 0
+    return int((t.ops_end_ns < t.land_ns).sum()) if not policy.waits_before_moves else 0
 
 
 def _launch_ns(device: CudaCounts, reps: int = 30) -> int:

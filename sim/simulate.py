@@ -180,13 +180,13 @@ class Model:
                 t0 = env.now
                 yield env.timeout(j(t.worker_stall_ns))
                 self.log("worker_cpu", "stall", step, start=t0)
-            if pol.wait == "before_moves" and step > 0:
+            if pol.waits_before_moves and step > 0:
                 yield from self._wait_counts(step)
             yield from self._update_states(step, rec, tim)
             # _prepare_inputs: prev_positions, then the accepted-count block.
             t0 = env.now
             yield env.timeout(j(t.worker_prepare_inputs_ns // 2))
-            if pol.wait == "gather" and step > 0:
+            if pol.waits_before_read and step > 0:
                 yield from self._wait_counts(step)
             self._read_counts(step, rec, tim)
             yield env.timeout(j(t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2))
@@ -254,25 +254,11 @@ class Model:
         self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
-        n = rec.num_reqs
-        pp = rec.prev_positions
-        mode = self.policy.cpu_counts
         tim.read_ns = self.env.now
-        if mode == "fill1":
-            g = np.ones(n, dtype=np.int64)
-        elif mode == "direct":
-            g = self.buf[:n].copy()
-        else:
-            src = self.private if mode == "private" else self.buf
-            if (pp >= 0).any():
-                g = src[np.maximum(pp, 0)].copy()
-                g[pp < 0] = 1
-            else:  # empty prev_req_id_to_index: vLLM's "use values directly" branch
-                g = src[:n].copy()
-            if mode == "gather":
-                self.buf[:n] = g  # write-back
-        tim.cpu_counts = g
-        self.log("worker_cpu", f"read_counts:{mode}", step, value=n)
+        tim.cpu_counts = self.policy.cpu_read(
+            self.buf, self.private, rec.prev_positions, rec.num_reqs
+        )
+        self.log("worker_cpu", f"read_counts:{self.policy.read_mode}", step, value=rec.num_reqs)
 
     def _enqueue_sample(self, step: int, rec, tim: StepTiming) -> None:
         t, jg = self.t, self.jit_gpu

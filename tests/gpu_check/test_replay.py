@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
+from policy_cases import MINIMAL_RACE
 from sim.compare import agreement
 from sim.params import load_scenario
 from sim.policies import POLICIES
@@ -32,17 +33,23 @@ def minimal():
 
 @pytest.mark.parametrize("land", [-1, 0, 1, 2, 3])
 def test_minimal_race_outcome_by_landing(minimal, land: int) -> None:
+    """The replay gives the hand-derived outcome of tests/policy_cases.py for every policy."""
     sc, sched = minimal
+    assert sched.steps[4].ops == MINIMAL_RACE.ops
     plan = [land if n == 4 else 0 for n in range(1, len(sched.steps))]
-    for name in ("unsynced", "synced-gather", "device-authoritative", "align"):
-        df = replay(sched, POLICIES[name], ScriptedCounts(8, list(plan)), ReplayConfig(sc.timing))
+    for name, policy in POLICIES.items():
+        df = replay(sched, policy, ScriptedCounts(8, list(plan)), ReplayConfig(sc.timing))
         assert df["agree"].all(), name
         r = df[(df.step == 4) & (df.req_id == "R")].iloc[0]
-        waited = POLICIES[name].wait == "gather"
-        expect_land = 3 if (land == -1 and waited) else land
-        assert r.land_pos == expect_land
-        racy = name != "device-authoritative" and land == 2
-        assert r.gpu_consumed == (4 if racy else 1), (name, land)
+        # A wait before the read lands a late copy after the last op; one before the moves,
+        # before the first.
+        seen = land
+        if policy.waits_before_moves:
+            seen = 0
+        elif land == -1 and policy.waits:
+            seen = len(MINIMAL_RACE.ops)
+        assert r.land_pos == seen, name
+        assert (r.cpu_observed, r.gpu_consumed) == MINIMAL_RACE.expect[name][seen], (name, land)
 
 
 def test_qwen35_random_landings_agree_with_the_write_log() -> None:
