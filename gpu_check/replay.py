@@ -13,7 +13,7 @@ For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer pres
 
 The host polls the tag right before and right after each op's stores and around the read.
 The observed landing position (the op before which the tag was first seen; ``n_ops`` after
-the last; -1 not landed at the read) is fed to ``sim.counts_buffer`` to predict what the read
+the last; -1 not landed at the read) is fed to ``sim.model.counts_buffer`` to predict what the read
 returns; ``agree`` says whether real memory returned exactly that. A tag that turned visible
 *between* the polls around one op (``land_during_op``: a window of a microsecond or two of
 Python) leaves it open whether the store came before or after the landing; such reads are
@@ -32,10 +32,10 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from sim.counts_buffer import apply_op, apply_step
-from sim.params import TimingParams
-from sim.policies import Policy
-from sim.schedule import Schedule, StepRecord
+from sim.model.counts_buffer import apply_op, apply_step
+from sim.model.params import TimingParams
+from sim.model.policies import Policy
+from sim.model.schedule import Schedule, StepRecord
 
 
 class CountsDevice(Protocol):

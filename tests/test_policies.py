@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from policy_cases import CASES, MINIMAL_RACE, Case, arrays
-from sim.counts_buffer import apply_step
-from sim.policies import POLICIES, SYNC_SCHEDULING, WaitPoint
+from sim.model.counts_buffer import apply_step
+from sim.model.policies import POLICIES, SYNC_SCHEDULING, WaitPoint
 
 
 def outcome(case: Case, name: str, land: int) -> tuple[int, int]:

@@ -8,12 +8,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.params import load_scenario
-from sim.policies import POLICIES, corrected
-from sim.reads import build_reads
-from sim.scheduling import build_schedule
-from sim.simulate import simulate
-from sim.swarm import draw_timing
+from sim.explore.swarm import draw_timing
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES, corrected
+from sim.model.reads import build_reads
+from sim.model.scheduling import build_schedule
+from sim.model.simulate import simulate
 
 BASE = load_scenario("qwen35-mtp3")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from policy_cases import MINIMAL_RACE
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.run import run_policy, write_run
-from sim.scheduling import build_schedule
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.runs.run import run_policy, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 

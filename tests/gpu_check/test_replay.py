@@ -11,10 +11,10 @@ import pytest
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
 from policy_cases import MINIMAL_RACE
-from sim.compare import agreement
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.scheduling import build_schedule
+from sim.hardware.compare import agreement
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"H": 2, "HV": 4, "K": 16, "V": 8}
@@ -110,7 +110,7 @@ def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> 
     """Scripted landings at the model's predicted positions: every compared read matches."""
     import pandas as pd
 
-    from sim.compare import prediction_agreement
+    from sim.hardware.compare import prediction_agreement
 
     sim_run = tmp_path / "sim"
     r = run_module("sim", "run", "--policy", "all", "--steps", "200", "--out", str(sim_run))

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.schedule import Schedule
-from sim.simulate import Model
+from sim.model.schedule import Schedule
+from sim.model.simulate import Model
 
 READ_COLUMNS = {
     "step": "int64",

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.counts_buffer import gather
 from sim.errors import SpecraceError
+from sim.model.counts_buffer import gather
 
 
 class WaitPoint(enum.Enum):

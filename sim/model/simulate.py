@@ -1,11 +1,11 @@
 """The SimPy model: *when* everything in a schedule happens, and so what every read returns.
 
 One generator per actor (STYLE.md): :meth:`Model.engine_core`, :meth:`Model.worker_cpu`,
-and the GPU streams of :mod:`sim.cuda` (``default_stream``, the side copy streams
+and the GPU streams of :mod:`sim.model.cuda` (``default_stream``, the side copy streams
 ``valid_sampled_token_count_copy_stream`` and ``async_output_copy_stream``). The pinned
 counts buffer is a numpy array that every writer updates at its SimPy time, with a write
 log in the trace; a read returns the buffer's content at the read's time, so the outcome of
-every interleaving is computed, not guessed. Tie rule: see :mod:`sim.cuda`.
+every interleaving is computed, not guessed. Tie rule: see :mod:`sim.model.cuda`.
 
 Per step N (vllm-mechanics.md §1, §8, §11):
 
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from sim.counts_buffer import apply_op
-from sim.cuda import CudaEvent, Stream
-from sim.params import TimingParams
-from sim.policies import SYNC_SCHEDULING, Policy
-from sim.schedule import Schedule
+from sim.model.counts_buffer import apply_op
+from sim.model.cuda import CudaEvent, Stream
+from sim.model.params import TimingParams
+from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.schedule import Schedule
 
 WRITE_OPS = ("add", "move", "swap")
 
