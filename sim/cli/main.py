@@ -218,6 +218,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+# Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
+# and sets ``func``.
+PLUGINS: tuple = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sim",
@@ -274,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=int, default=0)
     b.set_defaults(func=cmd_bench)
+    for register in PLUGINS:
+        register(sub)
     return p
 
 
