@@ -20,7 +20,7 @@ import torch
 
 from gpu_check.environment import environment
 from gpu_check.store import write_csv
-from sim.io import atomic_write_text
+from sim.runs.io import atomic_write_text
 
 N = 256
 

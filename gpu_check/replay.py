@@ -13,7 +13,7 @@ For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer pres
 
 The host polls the tag right before and right after each op's stores and around the read.
 The observed landing position (the op before which the tag was first seen; ``n_ops`` after
-the last; -1 not landed at the read) is fed to ``sim.counts_buffer`` to predict what the read
+the last; -1 not landed at the read) is fed to ``sim.model.counts_buffer`` to predict what the read
 returns; ``agree`` says whether real memory returned exactly that. A tag that turned visible
 *between* the polls around one op (``land_during_op``: a window of a microsecond or two of
 Python) leaves it open whether the store came before or after the landing; such reads are
@@ -32,10 +32,10 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from sim.counts_buffer import apply_op, apply_step, gather
-from sim.params import TimingParams
-from sim.policies import Policy
-from sim.schedule import Schedule, StepRecord
+from sim.model.counts_buffer import apply_op, apply_step
+from sim.model.params import TimingParams
+from sim.model.policies import Policy
+from sim.model.schedule import Schedule, StepRecord
 
 
 class CountsDevice(Protocol):
@@ -177,13 +177,8 @@ def _busy_wait_until(t_ns: int) -> None:
 
 
 def _read(policy: Policy, buf: np.ndarray, private: np.ndarray, cur: StepRecord) -> np.ndarray:
-    n = cur.num_reqs
-    if policy.cpu_counts == "fill1":
-        return np.ones(n, dtype=np.int64)
-    if policy.cpu_counts == "direct":
-        return buf[:n].astype(np.int64)
-    src = (private if policy.cpu_counts == "private" else buf).astype(np.int64)
-    return gather(src, cur.prev_positions)
+    """The policy's CPU read, on a copy: the real buffer is left as the row ops made it."""
+    return policy.cpu_read(buf.astype(np.int64), private, cur.prev_positions, cur.num_reqs)
 
 
 @dataclass(frozen=True)
@@ -242,10 +237,10 @@ def replay(
             read_ns = timeline[n].read_ns
             target = min(target, read_ns + cfg.slack_ns)  # later changes nothing: cap the spin
         spin_ns = max(target - cfg.launch_ns, 0)
-        private = policy.cpu_counts == "private"
+        private = policy.dma_into_private
         device.reset(prior, n)
         device.launch(prev.accepted.astype(np.int32), spin_ns, private)
-        if policy.wait == "before_moves":
+        if policy.waits_before_moves:
             device.synchronize()
         t0 = time.perf_counter_ns()
         land, during = -1, False  # during: the tag turned visible inside an op or the read
@@ -257,7 +252,7 @@ def replay(
             if land < 0 and device.poll(i):
                 land, during = i, True
         _busy_wait_until(t0 + read_ns)
-        if policy.wait == "gather":
+        if policy.waits_before_read:
             device.synchronize()
         if land < 0 and device.poll(len(cur.ops)):
             land = len(cur.ops)
@@ -286,19 +281,19 @@ def _verdicts(
     if land >= 0:
         predicted_private[: len(dma)] = dma
     predicted = _read(policy, predicted_buf, predicted_private, cur)
+    rows = np.flatnonzero(cur.prev_positions >= 0)
+    src = cur.prev_positions[rows]
+    true = prev.accepted[src]
+    gpu = policy.gpu_consumed(observed[rows], true, cur.prev_num_draft_tokens[src] > 0)
     out = []
-    for row in np.flatnonzero(cur.prev_positions >= 0):
-        src = int(cur.prev_positions[row])
-        true = int(prev.accepted[src])
-        participating = policy.gpu_counts == "correction" and cur.prev_num_draft_tokens[src] > 0
-        gpu = true if participating else int(observed[row])
+    for row, s, t, g in zip(rows, src, true, gpu, strict=True):
         out.append({
             "policy": policy.name, "step": n, "req_id": cur.req_ids[row], "row": int(row),
-            "prev_row": src, "prev_drafts": int(prev.drafts[src]), "true_count": true,
+            "prev_row": int(s), "prev_drafts": int(prev.drafts[s]), "true_count": int(t),
             "cpu_observed": int(observed[row]), "cpu_predicted": int(predicted[row]),
-            "agree": bool(observed[row] == predicted[row]), "gpu_consumed": gpu,
-            "reads_buffer": policy.cpu_counts != "fill1",
-            "gpu_wrong": gpu != true, "land_pos": land, "land_during_op": during,
+            "agree": bool(observed[row] == predicted[row]), "gpu_consumed": int(g),
+            "reads_buffer": policy.reads_buffer,
+            "gpu_wrong": bool(g != t), "land_pos": land, "land_during_op": during,
             "n_ops": len(cur.ops),
         })  # fmt: skip
     return out

@@ -11,14 +11,14 @@ import pandas as pd
 
 from gpu_check.environment import environment
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
-from sim.compare import agreement
 from sim.errors import SpecraceError
-from sim.io import ensure_out_dir
-from sim.params import load_scenario, scenario_from_dict
-from sim.policies import POLICIES, get_policy
-from sim.run import write_parquet
-from sim.schedule import read_schedule
-from sim.scheduling import build_schedule
+from sim.hardware.compare import agreement
+from sim.model.params import load_scenario, scenario_from_dict
+from sim.model.policies import POLICIES, get_policy
+from sim.model.schedule import read_schedule
+from sim.model.scheduling import build_schedule
+from sim.runs.io import ensure_out_dir
+from sim.runs.run import write_parquet
 
 
 def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_error) -> str:
@@ -91,8 +91,8 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
     """Replay each policy's steps with the landing and op times the model predicted, and
     put the model's verdict beside what the hardware did."""
     from gpu_check.replay import timeline_from_trace
-    from sim.compare import prediction_agreement
-    from sim.io import read_json, read_parquet
+    from sim.hardware.compare import prediction_agreement
+    from sim.runs.io import read_json, read_parquet
 
     try:
         schedule_path, runs = _sim_runs(Path(args.sim_run))
@@ -145,10 +145,10 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
 
 
 def _scripted_landing(t, policy) -> int:
-    """Op index before which the counts land (ties: the GPU first, sim/cuda.py); -1 = later."""
+    """Op index before which the counts land (ties: the GPU first, sim.model.cuda); -1: later."""
     if t.land_ns > t.read_ns:
         return -1
-    return int((t.ops_end_ns < t.land_ns).sum()) if policy.wait != "before_moves" else 0
+    return int((t.ops_end_ns < t.land_ns).sum()) if not policy.waits_before_moves else 0
 
 
 def _launch_ns(device: CudaCounts, reps: int = 30) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from gpu_check.kernels.problem import QWEN35_DIMS, make_spec_problem, rel_err
-from sim.schedule import Schedule
+from sim.model.schedule import Schedule
 
 
 def add_gdn_columns(

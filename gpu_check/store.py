@@ -1,4 +1,4 @@
-"""All of gpu_check's file output (JSON, CSV, Parquet), written atomically via ``sim.io``."""
+"""All of gpu_check's file output (JSON, CSV, Parquet), written atomically via ``sim.runs.io``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from sim.io import atomic_write, atomic_write_text
+from sim.runs.io import atomic_write, atomic_write_text
 
 __all__ = ["write_csv", "write_json"]
 

@@ -1,5 +1,5 @@
 """``python -m sim``: the command line. See ``python -m sim --help``."""
 
-from sim.cli import main
+from sim.cli.main import main
 
 raise SystemExit(main())

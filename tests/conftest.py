@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.params import Scenario, load_scenario
+from sim.model.params import Scenario, load_scenario
 
 
 @pytest.fixture(scope="session")

@@ -130,7 +130,7 @@ def test_run_and_replay_take_a_schedule_and_refuse_a_foreign_one(tmp_path: Path)
 
 
 def test_timing_files_apply_and_are_checked(tmp_path: Path) -> None:
-    from sim.params import load_scenario
+    from sim.model.params import load_scenario
 
     good = tmp_path / "t.toml"
     good.write_text("[timing]\nworker_swap_ns = 77000\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import simpy
 
-from sim.cuda import CudaEvent, Stream
+from sim.model.cuda import CudaEvent, Stream
 
 
 def test_stream_runs_in_order_and_waits_for_enqueue() -> None:

@@ -7,7 +7,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sim.input_batch import InputBatchRows, region_of, reorder_batch_to_split_decodes_and_prefills
+from sim.model.input_batch import (
+    InputBatchRows,
+    region_of,
+    reorder_batch_to_split_decodes_and_prefills,
+)
 
 MAX_REQS = 12
 THRESHOLD = 4

@@ -8,12 +8,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.reads import build_reads
-from sim.scheduling import build_schedule
-from sim.simulate import simulate
-from sim.swarm import draw_timing
+from sim.explore.swarm import draw_timing
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES, corrected
+from sim.model.reads import build_reads
+from sim.model.scheduling import build_schedule
+from sim.model.simulate import simulate
 
 BASE = load_scenario("qwen35-mtp3")
 
@@ -27,9 +27,9 @@ def test_verdicts_are_consistent_with_the_mechanism(seed: int) -> None:
         model = simulate(sched, sc.timing, policy, seed, trace=False)
         reads = build_reads(sched, model)
         kinds = set(reads.loc[reads.cpu_wrong | reads.gpu_wrong, "kind"])
-        if policy.wait != "never":  # a policy that waits never reads an unlanded count
+        if policy.waits:  # a policy that waits never reads an unlanded count
             assert "unlanded" not in kinds, name
-        if policy.gpu_counts == "correction":  # the §3 kernel repairs every drafted row
+        if policy.consume is corrected:  # the §3 kernel repairs every drafted row
             assert not (reads.gpu_wrong & (reads.prev_drafts > 0)).any(), name
         else:  # align-like consumption: the GPU takes what the CPU read
             assert (reads.gpu_wrong == reads.cpu_wrong).all(), name

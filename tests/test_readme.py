@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.run import run_policy
-from sim.scheduling import build_schedule
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.runs.run import run_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -86,7 +86,7 @@ def test_measured_timing_prose_matches_the_params_files() -> None:
 def test_replay_at_model_timing_prose_matches_the_data() -> None:
     import pandas as pd
 
-    from sim.compare import prediction_agreement
+    from sim.hardware.compare import prediction_agreement
 
     obs = pd.read_parquet(ROOT / "data/replay/observed_simrun_qwen35-mtp3.parquet")
     t = prediction_agreement(obs).set_index("policy")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
+from sim.model.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
 
 K = 3
 THR = 1 + K

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim import schedule as schedule_mod
-from sim.counts_buffer import apply_step, gather
 from sim.errors import SpecraceError
-from sim.params import Scenario
-from sim.scheduling import build_schedule
+from sim.model import schedule as schedule_mod
+from sim.model.counts_buffer import apply_step, gather
+from sim.model.params import Scenario
+from sim.model.scheduling import build_schedule
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "minimal-race.schedule.json"
 

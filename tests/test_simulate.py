@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.run import run_policy, write_run
-from sim.scheduling import build_schedule
+from policy_cases import MINIMAL_RACE
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.runs.run import run_policy, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,3 +196,13 @@ def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "trace.parquet" in r.stderr
+
+
+@pytest.mark.parametrize("delay_ns,land", [(0, 1), (20_000, 2), (60_000, 3)])
+def test_minimal_race_simpy_gives_the_hand_derived_outcome(delay_ns: int, land: int) -> None:
+    """Every policy in the SimPy tier agrees with tests/policy_cases.py at the landing that the
+    timing produces (0: before the add, 20 us: between add and swap, 60 us: after the swap)."""
+    for name, policy in POLICIES.items():
+        r = r_read(minimal(delay_ns, name))
+        seen = 0 if policy.waits_before_moves else land
+        assert (r["cpu_value"], r["gpu_value"]) == MINIMAL_RACE.expect[name][seen], name

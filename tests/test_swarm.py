@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.run import run_policy
-from sim.scheduling import build_schedule
-from sim.swarm import draw_timing
+from sim.explore.swarm import draw_timing
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.runs.run import run_policy
 
 SEEDS = 50
 STEPS = 2000  # 50 * 2000 = 10^5 steps per policy

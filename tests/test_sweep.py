@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.analysis import hazard_rates
 from sim.errors import SpecraceError
-from sim.sweep import SweepSpec, parse_vary, run_sweep
+from sim.explore.analysis import hazard_rates
+from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 

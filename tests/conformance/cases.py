@@ -13,9 +13,9 @@ from functools import cache
 
 import numpy as np
 
-from sim.params import Scenario, load_scenario, scenario_from_dict
-from sim.schedule import Schedule
-from sim.scheduling import build_schedule
+from sim.model.params import Scenario, load_scenario, scenario_from_dict
+from sim.model.schedule import Schedule
+from sim.model.scheduling import build_schedule
 
 SEEDS = tuple(range(32))
 NUM_STEPS = 80

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.input_batch import RowOp
-from sim.schedule import StepRecord
+from sim.model.input_batch import RowOp
+from sim.model.schedule import StepRecord
 
 
 def fmt_op(op: RowOp) -> str:

@@ -30,8 +30,8 @@ from vllm.v1.attention.backends.utils import (  # noqa: E402
 )
 from vllm.v1.worker.gpu_input_batch import InputBatch  # noqa: E402
 
-from sim.params import load_scenario  # noqa: E402
-from sim.scheduling import build_schedule  # noqa: E402
+from sim.model.params import load_scenario  # noqa: E402
+from sim.model.scheduling import build_schedule  # noqa: E402
 
 SAMPLES: dict[str, list[int]] = {"remove": [], "add": [], "move": [], "swap": []}
 

@@ -1,4 +1,4 @@
-"""The counts buffer ``num_accepted_tokens_cpu``: sim.counts_buffer against vLLM's writes.
+"""The counts buffer ``num_accepted_tokens_cpu``: sim.model.counts_buffer against vLLM's writes.
 
 For every step of every schedule in cases.py and every place the previous step's counts
 can land among the step's row operations (before the first, between each pair, after the
@@ -18,8 +18,8 @@ from compare import canonical_ops, fmt_op, step_context, table
 from test_conformance_rows import real_batch_for
 from vllm_driver import RealBatch, Recorder, StepInput
 
-from sim.counts_buffer import BufferWrite, apply_step, gather
-from sim.schedule import StepRecord
+from sim.model.counts_buffer import BufferWrite, apply_step, gather
+from sim.model.schedule import StepRecord
 
 
 def landing_differences(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vllm_driver import RealBatch, new_request_state
 
-from sim.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
+from sim.model.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
 
 K = 3
 Row = tuple[str, int, int]  # req_id, num_prompt, num_computed

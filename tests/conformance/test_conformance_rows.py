@@ -15,7 +15,7 @@ from cases import CASES, describe, schedule_for
 from compare import canonical_ops, diff_arrays, fmt_op, keyed_table, step_context, table
 from vllm_driver import RealBatch, StepInput
 
-from sim.schedule import Schedule, StepRecord
+from sim.model.schedule import Schedule, StepRecord
 
 
 def real_batch_for(schedule: Schedule) -> RealBatch:

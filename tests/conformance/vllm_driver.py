@@ -11,7 +11,7 @@ re-added requests, ``condense``, ``reorder_batch_to_split_decodes_and_prefills``
 lines around it (``prev_num_draft_tokens``, and ``prev_req_id_to_index`` as
 ``_bookkeeping_sync`` sets it); async scheduling with spec decode is assumed throughout.
 
-The log uses :class:`sim.input_batch.RowOp`: remove and add from the overridden methods,
+The log uses :class:`sim.model.input_batch.RowOp`: remove and add from the overridden methods,
 swap from ``swap_states``, condense's moves from its ``batch_update_builder.moved``
 entries (appended before the move's write to ``num_accepted_tokens_cpu``). Writes to that
 buffer are seen through an ndarray subclass, so the log of writes is vLLM's, not ours.
@@ -43,8 +43,8 @@ from vllm.v1.attention.backends.utils import (  # noqa: E402
 from vllm.v1.sample.logits_processor import MoveDirectionality  # noqa: E402
 from vllm.v1.worker.gpu_input_batch import CachedRequestState, InputBatch  # noqa: E402
 
-from sim.input_batch import RowOp  # noqa: E402
-from sim.schedule import StepRecord  # noqa: E402
+from sim.model.input_batch import RowOp  # noqa: E402
+from sim.model.schedule import StepRecord  # noqa: E402
 
 BLOCK_SIZE = 16
 VOCAB_SIZE = 1024

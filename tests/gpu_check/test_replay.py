@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
-from sim.compare import agreement
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.scheduling import build_schedule
+from policy_cases import MINIMAL_RACE
+from sim.hardware.compare import agreement
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"H": 2, "HV": 4, "K": 16, "V": 8}
@@ -32,17 +33,23 @@ def minimal():
 
 @pytest.mark.parametrize("land", [-1, 0, 1, 2, 3])
 def test_minimal_race_outcome_by_landing(minimal, land: int) -> None:
+    """The replay gives the hand-derived outcome of tests/policy_cases.py for every policy."""
     sc, sched = minimal
+    assert sched.steps[4].ops == MINIMAL_RACE.ops
     plan = [land if n == 4 else 0 for n in range(1, len(sched.steps))]
-    for name in ("unsynced", "synced-gather", "device-authoritative", "align"):
-        df = replay(sched, POLICIES[name], ScriptedCounts(8, list(plan)), ReplayConfig(sc.timing))
+    for name, policy in POLICIES.items():
+        df = replay(sched, policy, ScriptedCounts(8, list(plan)), ReplayConfig(sc.timing))
         assert df["agree"].all(), name
         r = df[(df.step == 4) & (df.req_id == "R")].iloc[0]
-        waited = POLICIES[name].wait == "gather"
-        expect_land = 3 if (land == -1 and waited) else land
-        assert r.land_pos == expect_land
-        racy = name != "device-authoritative" and land == 2
-        assert r.gpu_consumed == (4 if racy else 1), (name, land)
+        # A wait before the read lands a late copy after the last op; one before the moves,
+        # before the first.
+        seen = land
+        if policy.waits_before_moves:
+            seen = 0
+        elif land == -1 and policy.waits:
+            seen = len(MINIMAL_RACE.ops)
+        assert r.land_pos == seen, name
+        assert (r.cpu_observed, r.gpu_consumed) == MINIMAL_RACE.expect[name][seen], (name, land)
 
 
 def test_qwen35_random_landings_agree_with_the_write_log() -> None:
@@ -103,7 +110,7 @@ def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> 
     """Scripted landings at the model's predicted positions: every compared read matches."""
     import pandas as pd
 
-    from sim.compare import prediction_agreement
+    from sim.hardware.compare import prediction_agreement
 
     sim_run = tmp_path / "sim"
     r = run_module("sim", "run", "--policy", "all", "--steps", "200", "--out", str(sim_run))

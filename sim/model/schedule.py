@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import SpecraceError
-from sim.input_batch import RowOp
+from sim.model.input_batch import RowOp
 
 SCHEMA = "specrace.schedule"
 SCHEMA_VERSION = 1

@@ -9,18 +9,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim import schedule as schedule_mod
 from sim.errors import SpecraceError
-from sim.io import atomic_write_text, ensure_out_dir
-from sim.params import (
+from sim.model import schedule as schedule_mod
+from sim.model.params import (
     Scenario,
     load_scenario,
     scenario_from_dict,
     timing_file_overrides,
     with_overrides,
 )
-from sim.policies import POLICIES, get_policy
-from sim.scheduling import build_schedule
+from sim.model.policies import POLICIES, get_policy
+from sim.model.scheduling import build_schedule
+from sim.runs.io import atomic_write_text, ensure_out_dir
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -84,7 +84,7 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
 def cmd_run(args: argparse.Namespace) -> int:
     import json
 
-    from sim.run import run_policy, write_run
+    from sim.runs.run import run_policy, write_run
 
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
     scenario, sched = scenario_and_schedule(args)
@@ -101,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
         summaries.append(result.summary)
     if len(names) > 1:
-        from sim.io import write_json
+        from sim.runs.io import write_json
 
         write_json(out / "comparison.json", summaries)
     print_table(summaries)
@@ -147,13 +147,13 @@ def print_table(summaries: list[dict]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from sim.bench import main as bench_main
+    from sim.explore.bench import main as bench_main
 
     return bench_main(args.steps or 2000)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.sweep import SweepSpec, parse_vary, run_sweep
+    from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
 
     policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
     for name in policies:
@@ -171,8 +171,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
 
-    from sim.io import atomic_write, read_parquet
-    from sim.plots import hazard_plot, margin_histogram
+    from sim.explore.plots import hazard_plot, margin_histogram
+    from sim.runs.io import atomic_write, read_parquet
 
     src = Path(args.dir)
     if (src / "sweep.parquet").is_file():
@@ -194,8 +194,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_perfetto(args: argparse.Namespace) -> int:
 
-    from sim.io import read_parquet
-    from sim.perfetto import dumps
+    from sim.explore.perfetto import dumps
+    from sim.runs.io import read_parquet
 
     trace = read_parquet(Path(args.dir) / "trace.parquet", "trace (run without --no-trace)")
     out = Path(args.dir) / "trace.perfetto.json"
@@ -205,17 +205,22 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sim.compare import agreement, by_landing, read_observed
+    from sim.hardware.compare import agreement, by_landing, read_observed
 
     observed = read_observed(Path(args.dir))
     print(agreement(observed).to_string(index=False))
     if "sim_gpu_wrong" in observed.columns:
-        from sim.compare import prediction_agreement
+        from sim.hardware.compare import prediction_agreement
 
         print(prediction_agreement(observed).to_string(index=False))
     if args.req_id:
         print(by_landing(observed, args.req_id, args.step).to_string(index=False))
     return 0
+
+
+# Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
+# and sets ``func``.
+PLUGINS: tuple = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -274,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=int, default=0)
     b.set_defaults(func=cmd_bench)
+    for register in PLUGINS:
+        register(sub)
     return p
 
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
-from sim.params import Scenario
-from sim.schedule import Schedule, StepRecord
-from sim.workload import Request, draw_workload
+from sim.model.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
+from sim.model.params import Scenario
+from sim.model.schedule import Schedule, StepRecord
+from sim.model.workload import Request, draw_workload
 
 
 @dataclass

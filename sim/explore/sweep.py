@@ -18,12 +18,12 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.io import ensure_out_dir, read_json, write_json
-from sim.params import Scenario, load_scenario, parse_value, with_overrides
-from sim.policies import POLICIES
-from sim.run import run_policy, write_parquet
-from sim.scheduling import build_schedule
-from sim.swarm import draw_timing
+from sim.explore.swarm import draw_timing
+from sim.model.params import Scenario, load_scenario, parse_value, with_overrides
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.runs.io import ensure_out_dir, read_json, write_json
+from sim.runs.run import run_policy, write_parquet
 
 
 @dataclass(frozen=True)

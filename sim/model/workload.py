@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.params import LengthParams, Scenario
+from sim.model.params import LengthParams, Scenario
 
 
 @dataclass(frozen=True)

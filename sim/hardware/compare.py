@@ -2,7 +2,7 @@
 
 For every replayed read the replay measured where step N's counts landed among step N+1's
 row operations and what the real pinned memory returned; ``cpu_predicted`` is what
-``sim.counts_buffer`` says memory returns for that landing. This module turns the table
+``sim.model.counts_buffer`` says memory returns for that landing. This module turns the table
 into the agreement summary; it reads no GPU library.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.io import read_parquet
+from sim.runs.io import read_parquet
 
 REQUIRED = (
     "policy",

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.schedule import Schedule
-from sim.simulate import Model
+from sim.model.schedule import Schedule
+from sim.model.simulate import Model
 
 READ_COLUMNS = {
     "step": "int64",
@@ -60,8 +60,8 @@ def build_reads(schedule: Schedule, model: Model) -> pd.DataFrame:
         prev_drafts = prev.drafts[src]
         # §3: rows with prev_num_draft_tokens > 0 take valid_sampled_token_count on the GPU.
         participating = cur.prev_num_draft_tokens[src] > 0
-        gpu = np.where(participating, true, cpu) if pol.gpu_counts == "correction" else cpu
-        cpu_wrong = (cpu != true) if pol.cpu_counts != "fill1" else np.zeros(len(rows), bool)
+        gpu = pol.gpu_consumed(cpu, true, participating)
+        cpu_wrong = pol.cpu_wrong(cpu, true)
         gpu_wrong = gpu != true
         land, read = prev_tim.land_ns, tim.read_ns
         writes = [t for t, w in zip(tim.op_write_ns, tim.op_is_write, strict=True) if w]

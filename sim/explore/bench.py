@@ -12,10 +12,10 @@ import time
 
 import simpy
 
-from sim.params import load_scenario
-from sim.policies import POLICIES
-from sim.scheduling import build_schedule
-from sim.simulate import Model
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.scheduling import build_schedule
+from sim.model.simulate import Model
 
 
 def bare_simpy(n_events: int) -> float:

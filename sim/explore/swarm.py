@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from sim.params import TimingParams
+from sim.model.params import TimingParams
 
 
 def draw_timing(base: TimingParams, seed: int) -> TimingParams:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.input_batch import RowOp
+from sim.model.input_batch import RowOp
 
 
 @dataclass(frozen=True, slots=True)

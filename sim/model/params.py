@@ -218,7 +218,7 @@ class Scenario:
 # Loading
 
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "data" / "scenarios"
 
 
 def scenario_path(name_or_path: str) -> Path:

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sim.analysis import hazard_rates  # noqa: E402
+from sim.explore.analysis import hazard_rates  # noqa: E402
 
 
 def hazard_plot(sweep: pd.DataFrame, x: str) -> plt.Figure:

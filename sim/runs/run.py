@@ -16,13 +16,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim import schedule as schedule_mod
-from sim.io import atomic_write, atomic_write_text, write_json
-from sim.params import Scenario
-from sim.policies import Policy
-from sim.reads import build_reads, build_trace, summarize
-from sim.schedule import SCHEMA_VERSION, Schedule
-from sim.simulate import simulate
+from sim.model import schedule as schedule_mod
+from sim.model.params import Scenario
+from sim.model.policies import Policy
+from sim.model.reads import build_reads, build_trace, summarize
+from sim.model.schedule import SCHEMA_VERSION, Schedule
+from sim.model.simulate import simulate
+from sim.runs.io import atomic_write, atomic_write_text, write_json
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """The SimPy model: *when* everything in a schedule happens, and so what every read returns.
 
 One generator per actor (STYLE.md): :meth:`Model.engine_core`, :meth:`Model.worker_cpu`,
-and the GPU streams of :mod:`sim.cuda` (``default_stream``, the side copy streams
+and the GPU streams of :mod:`sim.model.cuda` (``default_stream``, the side copy streams
 ``valid_sampled_token_count_copy_stream`` and ``async_output_copy_stream``). The pinned
 counts buffer is a numpy array that every writer updates at its SimPy time, with a write
 log in the trace; a read returns the buffer's content at the read's time, so the outcome of
-every interleaving is computed, not guessed. Tie rule: see :mod:`sim.cuda`.
+every interleaving is computed, not guessed. Tie rule: see :mod:`sim.model.cuda`.
 
 Per step N (vllm-mechanics.md §1, §8, §11):
 
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from sim.counts_buffer import apply_op
-from sim.cuda import CudaEvent, Stream
-from sim.params import TimingParams
-from sim.policies import SYNC_SCHEDULING, Policy
-from sim.schedule import Schedule
+from sim.model.counts_buffer import apply_op
+from sim.model.cuda import CudaEvent, Stream
+from sim.model.params import TimingParams
+from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.schedule import Schedule
 
 WRITE_OPS = ("add", "move", "swap")
 
@@ -180,13 +180,13 @@ class Model:
                 t0 = env.now
                 yield env.timeout(j(t.worker_stall_ns))
                 self.log("worker_cpu", "stall", step, start=t0)
-            if pol.wait == "before_moves" and step > 0:
+            if pol.waits_before_moves and step > 0:
                 yield from self._wait_counts(step)
             yield from self._update_states(step, rec, tim)
             # _prepare_inputs: prev_positions, then the accepted-count block.
             t0 = env.now
             yield env.timeout(j(t.worker_prepare_inputs_ns // 2))
-            if pol.wait == "gather" and step > 0:
+            if pol.waits_before_read and step > 0:
                 yield from self._wait_counts(step)
             self._read_counts(step, rec, tim)
             yield env.timeout(j(t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2))
@@ -254,25 +254,11 @@ class Model:
         self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
-        n = rec.num_reqs
-        pp = rec.prev_positions
-        mode = self.policy.cpu_counts
         tim.read_ns = self.env.now
-        if mode == "fill1":
-            g = np.ones(n, dtype=np.int64)
-        elif mode == "direct":
-            g = self.buf[:n].copy()
-        else:
-            src = self.private if mode == "private" else self.buf
-            if (pp >= 0).any():
-                g = src[np.maximum(pp, 0)].copy()
-                g[pp < 0] = 1
-            else:  # empty prev_req_id_to_index: vLLM's "use values directly" branch
-                g = src[:n].copy()
-            if mode == "gather":
-                self.buf[:n] = g  # write-back
-        tim.cpu_counts = g
-        self.log("worker_cpu", f"read_counts:{mode}", step, value=n)
+        tim.cpu_counts = self.policy.cpu_read(
+            self.buf, self.private, rec.prev_positions, rec.num_reqs
+        )
+        self.log("worker_cpu", f"read_counts:{self.policy.read_mode}", step, value=rec.num_reqs)
 
     def _enqueue_sample(self, step: int, rec, tim: StepTiming) -> None:
         t, jg = self.t, self.jit_gpu

@@ -1,0 +1,3 @@
+"""``python -m sim``: the command line. Parses and validates arguments, then calls the other
+subpackages; nothing else imports it.
+"""

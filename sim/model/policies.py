@@ -1,0 +1,192 @@
+"""What a vLLM code path does with step N's accepted counts: the one home of a policy's meaning.
+
+A :class:`Policy` answers three questions for every consumer (the SimPy tier, the verdicts,
+the hardware replay, and whatever comes next), as plain functions over numpy arrays; no
+consumer branches on a policy's name:
+
+1. **When the worker waits** on ``num_accepted_tokens_event`` (step N's D2H done):
+   :attr:`Policy.wait` is a point in step N+1's operation sequence (:class:`WaitPoint`).
+2. **What the CPU builds** into ``num_accepted_tokens`` for step N+1 from the pinned buffer
+   ``input_batch.num_accepted_tokens_cpu`` (or a runner-private buffer) and
+   ``prev_positions``, including any write-back into the pinned buffer:
+   :meth:`Policy.cpu_read`. :attr:`Policy.reads_buffer` says whether that value is a read that
+   can be wrong (a fill of 1 is not).
+3. **What the GDN kernel consumes**, given the CPU value, the true counts and which rows the
+   correction kernel repairs: :meth:`Policy.gpu_consumed`.
+
+Line numbers are vLLM v0.24.0 unless marked (vllm-versions.md gives the later releases'; the
+accepted-count block is identical 0.24.0-0.33.0). Where the reference is unclear:
+``unsynced`` is modelled as v0.23.0's gather without the event wait; ``sync-before-moves``
+(#53919) as a wait before the first row move followed by a direct read (B is then already in
+step N+1 layout, so a gather would permute twice); ``private-buffer`` and
+``sync-before-moves`` are fixes proposed for align mode, so they consume CPU counts.
+
+With async scheduling off every policy takes vLLM's synchronous path (:data:`SYNC_SCHEDULING`):
+``sample_tokens`` blocks, so the D2H landed before ``_update_states``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import SpecraceError
+from sim.model.counts_buffer import gather
+
+
+class WaitPoint(enum.Enum):
+    """Where in step N+1 the worker calls ``num_accepted_tokens_event.synchronize()``."""
+
+    NEVER = "never"
+    BEFORE_MOVES = "before_moves"  # before the first row op of _update_states (#53919)
+    BEFORE_READ = "before_read"  # in _prepare_inputs, right before the counts are read
+
+
+# -- 2. what the CPU builds ------------------------------------------------------------------
+# Each builder: (buf, private, prev_positions, num_reqs) -> the values the CPU puts into
+# num_accepted_tokens for step N+1's rows. ``buf`` is the pinned InputBatch buffer; a builder
+# that writes back updates it in place, as vLLM does.
+CpuBuilder = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
+
+
+def _gather_from(src: np.ndarray, prev_positions: np.ndarray, num_reqs: int) -> np.ndarray:
+    """``G[r] = src[prev_positions[r]]``, 1 for a new row (prev < 0); with an empty
+    ``prev_req_id_to_index`` (no row has a previous position) vLLM takes the values directly
+    (v0.23.0 L2021-2046; v0.24.0 L2043-2065)."""
+    pp = prev_positions[:num_reqs]
+    if not (pp >= 0).any():
+        return src[:num_reqs].astype(np.int64)
+    return gather(src, pp).astype(np.int64)
+
+
+def gather_write_back(buf, private, prev_positions, num_reqs):
+    """The synchronised CPU path: gather through ``prev_positions`` from the pinned buffer,
+    then ``B[:n] = G`` and ``copy_to_gpu`` (v0.24.0 L2043-2065, 0.33.0 L2074-2096)."""
+    g = _gather_from(buf, prev_positions, num_reqs)
+    buf[:num_reqs] = g
+    return g
+
+
+def direct(buf, private, prev_positions, num_reqs):
+    """The buffer's first ``n`` rows as they are (the non-async branch; #53919's read after a
+    wait before the moves, when B is already in step N+1 layout)."""
+    return buf[:num_reqs].astype(np.int64)
+
+
+def fill_one(buf, private, prev_positions, num_reqs):
+    """#45100's async non-align path: ``num_accepted_tokens.np.fill(1)`` and ``gpu.fill_(1)``
+    (v0.24.0 L2066-2070, 0.33.0 L2097-2101); the buffer is not read."""
+    return np.ones(num_reqs, dtype=np.int64)
+
+
+def gather_private(buf, private, prev_positions, num_reqs):
+    """#51599: gather from a runner-private D2H target that no row move touches; no
+    write-back into the InputBatch buffer."""
+    return _gather_from(private, prev_positions, num_reqs)
+
+
+# -- 3. what the GDN kernel consumes ---------------------------------------------------------
+# Each consumer: (cpu_values, true_counts, participating) -> the count the GDN kernel uses.
+# ``participating``: rows the correction kernel repairs (prev_pos >= 0 and
+# prev_num_draft_tokens[prev_pos] > 0, spec_decode/utils.py L565-595).
+GpuConsumer = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+def corrected(cpu, true, participating):
+    """``update_num_computed_tokens_for_batch_change`` takes ``valid_sampled_token_count`` for
+    every row that had drafts at step N; other rows keep the CPU value (vllm-mechanics.md §3)."""
+    return np.where(participating, true, cpu)
+
+
+def cpu_value(cpu, true, participating):
+    """Align: ``preprocess_mamba`` uses the CPU counts and the runner re-uploads them after the
+    correction kernel, overriding its repair (mamba_utils.py L678-741, GMR L4229-4236)."""
+    return np.asarray(cpu)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    vllm: str  # the vLLM state it models
+    wait: WaitPoint
+    build: CpuBuilder
+    consume: GpuConsumer
+    dma_into_private: bool = False  # #51599: the D2H targets the runner-private buffer
+
+    @property
+    def waits_before_moves(self) -> bool:
+        return self.wait is WaitPoint.BEFORE_MOVES
+
+    @property
+    def waits_before_read(self) -> bool:
+        return self.wait is WaitPoint.BEFORE_READ
+
+    @property
+    def waits(self) -> bool:
+        """Whether the read can only happen after step N's D2H landed."""
+        return self.wait is not WaitPoint.NEVER
+
+    @property
+    def reads_buffer(self) -> bool:
+        """Whether the CPU value is a read of a buffer the DMA writes (so can be wrong)."""
+        return self.build is not fill_one
+
+    @property
+    def read_mode(self) -> str:
+        """A short name of the CPU build, for traces and tables."""
+        return _BUILD_NAMES[self.build]
+
+    def cpu_read(
+        self, buf: np.ndarray, private: np.ndarray, prev_positions: np.ndarray, num_reqs: int
+    ) -> np.ndarray:
+        """What the CPU puts into ``num_accepted_tokens`` (int64); may write back into ``buf``."""
+        return self.build(buf, private, prev_positions, num_reqs)
+
+    def gpu_consumed(
+        self, cpu: np.ndarray, true: np.ndarray, participating: np.ndarray
+    ) -> np.ndarray:
+        """The count the GDN kernel restores its state from, per read."""
+        return self.consume(cpu, true, participating)
+
+    def cpu_wrong(self, cpu: np.ndarray, true: np.ndarray) -> np.ndarray:
+        """A CPU read that differs from the truth (never for a policy that reads no buffer)."""
+        if not self.reads_buffer:
+            return np.zeros(len(true), dtype=bool)
+        return np.asarray(cpu) != np.asarray(true)
+
+
+_BUILD_NAMES: dict[CpuBuilder, str] = {
+    gather_write_back: "gather",
+    direct: "direct",
+    fill_one: "fill1",
+    gather_private: "private",
+}
+
+W = WaitPoint
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("unsynced", "before #36013: no event wait", W.NEVER, gather_write_back, corrected),
+        Policy("synced-gather", "v0.23.0, before #45100", W.BEFORE_READ, gather_write_back,
+               corrected),
+        Policy("device-authoritative", "v0.24.0 (#45100)", W.NEVER, fill_one, corrected),
+        Policy("align", "v0.24.0, mamba_cache_mode=align", W.BEFORE_READ, gather_write_back,
+               cpu_value),
+        Policy("private-buffer", "#51599 (align)", W.BEFORE_READ, gather_private, cpu_value,
+               dma_into_private=True),
+        Policy("sync-before-moves", "#53919 (align)", W.BEFORE_MOVES, direct, cpu_value),
+    )
+}  # fmt: skip
+
+SYNC_SCHEDULING = Policy("async-off", "async scheduling off", W.BEFORE_READ, direct, cpu_value)
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        known = ", ".join(POLICIES)
+        raise SpecraceError(f"unknown policy {name!r} (known: {known}, all)") from None
