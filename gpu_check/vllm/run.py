@@ -197,7 +197,9 @@ def _interval_stats(steps: list[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
-def run_config(llm: Any, cfg: RunConfig, mode: str, out: Path, ns_per_cycle: float) -> dict:
+def run_config(
+    llm: Any, cfg: RunConfig, mode: str, out: Path, ns_per_cycle: float, version: str
+) -> dict:
     from gpu_check.vllm.instrument import Recorder
 
     runner = _runner(llm)
@@ -223,7 +225,9 @@ def run_config(llm: Any, cfg: RunConfig, mode: str, out: Path, ns_per_cycle: flo
     raw = {
         "schema": "specrace.vllm_raw",
         "mode": mode,
+        "vllm_version": version,
         "config": cfg.to_dict(),
+        "max_num_batched_tokens": int(runner.scheduler_config.max_num_batched_tokens),
         "num_speculative_tokens": int(runner.num_spec_tokens),
         "max_num_reqs": int(runner.max_num_reqs),
         "sleep_ns_per_cycle": ns_per_cycle,
@@ -295,13 +299,14 @@ def run(
             continue
         entry |= info
         log(f"{mode}: LLM ready in {info['init_s']} s", json.dumps(info["resolved"]))
-        warm = RunConfig(max_num_seqs=capacity, num_requests=2 * capacity, baseline=False)
+        # warm-up: the first configuration's workload, so its baseline pass compiles nothing
         t = time.time()
-        drive(llm, workload(warm), "warm-")
+        _scheduler(llm).max_num_running_reqs = configs[0].max_num_seqs
+        drive(llm, workload(configs[0]), "warm-")
         entry["warmup_s"] = round(time.time() - t, 1)
         for cfg in configs:
             try:
-                res = run_config(llm, cfg, mode, out, ns_per_cycle)
+                res = run_config(llm, cfg, mode, out, ns_per_cycle, version)
             except Exception as e:  # noqa: BLE001
                 summary["errors"].append(
                     {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}

@@ -1,0 +1,191 @@
+"""What sim predicts for every read of a real vLLM run, against what vLLM did.
+
+Input: a folder from ``vllm-export``: vLLM's own schedule (``schedule.json``), the measured
+landing of each step's D2H among the next step's row ops and the buffer the ops started from
+(``steps_vllm.parquet``), and the observed reads (``observed_vllm.parquet``). Only sim's public
+model API is used: :func:`sim.model.counts_buffer.apply_step` replays step N+1's row ops on the
+buffer with step N's counts landing where they were seen to land, and the :class:`Policy` of
+the configuration says when the worker waits, what the CPU builds from the buffer
+(:meth:`Policy.cpu_read`) and what the GDN kernel consumes (:meth:`Policy.gpu_consumed`):
+
+- ``mamba_cache_mode="align"`` -> policy ``align`` (gather after the wait; GDN uses the CPU value);
+- ``"none"`` on vLLM >= 0.24.0 -> ``device-authoritative`` (#45100: fill 1, correction kernel).
+
+A read is scored on the value the policy says matters: the CPU value for a policy that reads
+the buffer (align), else the value the GDN consumed. Where the landing fell inside an op (poll
+before it false, after it true), both placements are predicted; if they differ the read is
+``ambiguous`` and not scored. A close call is a step whose landing was first seen within
+100 us of a writing row op (add, condense move, swap).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import SpecraceError
+from sim.model.counts_buffer import apply_step
+from sim.model.policies import Policy, get_policy
+from sim.model.schedule import Schedule, StepRecord, read_schedule
+from sim.runs.io import atomic_write, atomic_write_text, read_parquet
+
+CLOSE_CALL_NS = 100_000
+
+
+def policy_for(mode: str, vllm_version: str) -> Policy:
+    """The sim policy of a measured configuration."""
+    if mode == "align":
+        return get_policy("align")
+    if mode == "none":
+        major_minor = tuple(int(x) for x in (vllm_version or "0.24").split(".")[:2])
+        return get_policy("device-authoritative" if major_minor >= (0, 24) else "synced-gather")
+    raise SpecraceError(f"no policy for mamba_cache_mode {mode!r}")
+
+
+def _padded(a: np.ndarray, n: int, fill: int = 1) -> np.ndarray:
+    out = np.full(max(n, len(a)), fill, dtype=np.int64)
+    out[: len(a)] = a
+    return out
+
+
+def predict_step(
+    policy: Policy,
+    prev: StepRecord,
+    cur: StepRecord,
+    buffer_before: np.ndarray,
+    land_pos: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cpu, gpu) per row of ``cur``: step N's counts land before ``cur.ops[land_pos]``
+    (``len(ops)``: after the last; -1: not before the read)."""
+    n_ops = len(cur.ops)
+    if policy.waits_before_moves:
+        land_pos = 0
+    elif land_pos < 0:
+        land_pos = n_ops if policy.waits else -1  # a waiting policy reads only after the landing
+    dma = prev.accepted if land_pos >= 0 else None
+    buf = apply_step(buffer_before.astype(np.int64), cur.ops, dma, max(land_pos, 0))
+    private = buffer_before.astype(np.int64).copy()
+    if dma is not None:
+        private[: len(dma)] = dma
+    pp = cur.prev_positions
+    cpu = policy.cpu_read(buf, private, pp, cur.num_reqs)
+    src = np.maximum(pp, 0)
+    true = np.where(pp >= 0, _padded(prev.accepted, len(buffer_before))[src], 1)
+    pnd = _padded(cur.prev_num_draft_tokens, len(buffer_before), fill=0)
+    participating = (pp >= 0) & (pnd[src] > 0)
+    gpu = policy.gpu_consumed(cpu, true, participating)
+    return np.asarray(cpu, dtype=np.int64), np.asarray(gpu, dtype=np.int64)
+
+
+def predict_reads(
+    schedule: Schedule, steps: pd.DataFrame, reads: pd.DataFrame, policy: Policy
+) -> pd.DataFrame:
+    """``reads`` with the prediction of every read added (``predicted``, ``predicted_wrong``,
+    ``agree``, ``ambiguous``, ``close_call``)."""
+    out = []
+    by_step = steps.set_index("step")
+    for n, group in reads.groupby("step", sort=True):
+        prev, cur = schedule.steps[n - 1], schedule.steps[n]
+        t = by_step.loc[n]
+        before = np.asarray(t["buffer_before"], dtype=np.int64)
+        if len(before) < schedule.max_num_reqs:
+            before = np.concatenate(
+                [before, np.ones(schedule.max_num_reqs - len(before), np.int64)]
+            )
+        lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
+        cpu_lo, gpu_lo = predict_step(policy, prev, cur, before, lo)
+        cpu_hi, gpu_hi = (
+            (cpu_lo, gpu_lo) if hi == lo else predict_step(policy, prev, cur, before, hi)
+        )
+        rows = group["row"].to_numpy()
+        pick = (lambda c, g: c) if policy.reads_buffer else (lambda c, g: g)
+        pred_lo, pred_hi = pick(cpu_lo, gpu_lo)[rows], pick(cpu_hi, gpu_hi)[rows]
+        observed = group["cpu_value" if policy.reads_buffer else "gpu_value"].to_numpy()
+        true = group["true_count"].to_numpy()
+        g = group.copy()
+        g["scored_value"] = observed
+        g["predicted"] = pred_lo
+        g["ambiguous"] = pred_lo != pred_hi
+        g["agree"] = (pred_lo == observed) & ~g["ambiguous"]
+        if policy.reads_buffer:
+            g["predicted_wrong"] = policy.cpu_wrong(pred_lo, true)
+        else:
+            g["predicted_wrong"] = g["consumed"].to_numpy() & (pred_lo != true)
+        margin = int(t["margin_ns"])
+        g["close_call"] = (0 <= margin < CLOSE_CALL_NS) and not bool(t["landed_at_update_states"])
+        out.append(g)
+    if not out:
+        return reads.assign(scored_value=0, predicted=0, ambiguous=False, agree=True,
+                            predicted_wrong=False, close_call=False)  # fmt: skip
+    return pd.concat(out, ignore_index=True)
+
+
+def report(pred: pd.DataFrame, policy: Policy, meta: dict[str, Any]) -> dict[str, Any]:
+    scored = pred[~pred["ambiguous"]]
+    obs, prd = pred["wrong"].astype(bool), pred["predicted_wrong"].astype(bool)
+    close = pred[pred["close_call"]]
+    mismatches = scored[~scored["agree"]]
+    return {
+        **meta,
+        "policy": policy.name,
+        "reads": int(len(pred)),
+        "scored": int(len(scored)),
+        "ambiguous": int(pred["ambiguous"].sum()),
+        "agree": int(scored["agree"].sum()),
+        "agreement": round(float(scored["agree"].mean()), 6) if len(scored) else None,
+        "wrong_observed": int(obs.sum()),
+        "wrong_predicted": int(prd.sum()),
+        "confusion": {
+            "observed_wrong_predicted_wrong": int((obs & prd).sum()),
+            "observed_wrong_predicted_right": int((obs & ~prd).sum()),
+            "observed_right_predicted_wrong": int((~obs & prd).sum()),
+            "observed_right_predicted_right": int((~obs & ~prd).sum()),
+        },
+        "close_call_steps": int(close["step"].nunique()),
+        "close_call_reads": int(len(close)),
+        "close_call_agree": int(close["agree"].sum()),
+        "first_mismatches": mismatches.head(8)[
+            ["step", "req_id", "row", "prev_row", "true_count", "scored_value", "predicted"]
+        ].to_dict("records"),
+    }
+
+
+def compare_dir(folder: Path) -> dict[str, Any]:
+    """Predict every read of an exported run; write ``agreement.json`` and
+    ``agreement.parquet`` beside the inputs and return the report."""
+    schedule = read_schedule(folder / "schedule.json")
+    steps = read_parquet(folder / "steps_vllm.parquet", "vLLM step table")
+    reads = read_parquet(folder / "observed_vllm.parquet", "vLLM reads")
+    try:
+        meta = json.loads((folder / "export.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        raise SpecraceError(
+            f"{folder}/export.json missing or unreadable (run vllm-export)"
+        ) from None
+    policy = policy_for(meta["mode"], meta.get("vllm_version", ""))
+    pred = predict_reads(schedule, steps, reads, policy)
+    rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
+    atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))
+    atomic_write_text(folder / "agreement.json", json.dumps(rep, indent=2, default=int) + "\n")
+    return rep
+
+
+def report_text(rep: dict[str, Any]) -> str:
+    c = rep["confusion"]
+    return "\n".join(
+        [
+            f"vLLM {rep['vllm_version']} {rep['mode']} {rep['config']}: policy {rep['policy']}",
+            f"reads {rep['reads']} (scored {rep['scored']}, ambiguous {rep['ambiguous']}), "
+            f"agreement {rep['agree']}/{rep['scored']}",
+            f"wrong observed {rep['wrong_observed']}, predicted {rep['wrong_predicted']}; "
+            f"both {c['observed_wrong_predicted_wrong']}, only observed "
+            f"{c['observed_wrong_predicted_right']}, only predicted "
+            f"{c['observed_right_predicted_wrong']}",
+            f"close calls (< 100 us): {rep['close_call_steps']} steps, "
+            f"{rep['close_call_agree']}/{rep['close_call_reads']} reads agree",
+        ]
+    )

@@ -1,0 +1,306 @@
+"""A ``vllm-run`` raw record -> specrace data: ``schedule.json``, ``observed_vllm.parquet``,
+``steps_vllm.parquet`` and ``export.json`` (no vLLM, no GPU).
+
+``schedule.json`` is sim's own schema (:class:`sim.model.schedule.Schedule` of
+:class:`StepRecord` with :class:`sim.model.input_batch.RowOp`), built from what vLLM did, so
+every tool that reads a sim schedule reads vLLM's. Differences from a simulated schedule:
+``accepted`` is the count the D2H carried (align: the fused postprocess output, which is 1
+where the state block did not move; a discarded partial-prefill row may read 0), and arrival
+steps count the driver's engine steps.
+
+One row of ``observed_vllm.parquet`` per read (a row of step N+1 with a previous row in step N):
+
+=====================  =============================================================================
+``true_count``         the count step N's D2H carried for this request (private GPU snapshot)
+``cpu_value``          ``num_accepted_tokens.np`` after ``_prepare_inputs`` (align: the gather;
+                       none: the fill of 1)
+``gpu_value``          ``num_accepted_tokens.gpu`` as the forward read it (align: after
+                       ``preprocess_mamba`` reset rows whose state it copied to 1)
+``consumed``           the row is a speculative decode now (drafts scheduled), so GDN reads it
+``wrong``              align: ``cpu_value != true_count`` (that value is the bias of
+                       ``preprocess_mamba``'s state copy and the GDN count); none:
+                       ``consumed and gpu_value != true_count``
+``land_pos``           where step N's D2H landed among step N+1's row ops, from
+                       ``event.query()`` polled before and after each op: 0 before the first, i
+                       before op i, ``n_ops`` after the last; -1 not landed when
+                       ``_prepare_inputs`` started (align then waits for it)
+``land_pos_hi``        equal to ``land_pos`` unless the landing fell inside an op (or a
+                       ``condense`` call): then the landing lies between the two
+``landed_before_moves``  landed before the first op that writes the buffer (add, move, swap)
+``margin_ns``          from the first poll that saw the landing to the nearest writing op of
+                       the step (-1: the step has no writing op)
+=====================  =============================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import SpecraceError
+from sim.model.input_batch import RowOp
+from sim.model.params import EngineParams
+from sim.model.schedule import Schedule, StepRecord, dumps
+from sim.runs.io import atomic_write, atomic_write_text
+
+WRITING = ("add", "move", "swap")
+CLOSE_CALL_NS = 100_000
+
+READ_COLUMNS = {
+    "step": "int64",
+    "req_id": "string",
+    "row": "int32",
+    "prev_row": "int32",
+    "prev_drafts": "int32",
+    "drafts": "int32",
+    "true_count": "int32",
+    "cpu_value": "int32",
+    "gpu_value": "int32",
+    "consumed": "bool",
+    "wrong": "bool",
+    "land_pos": "int32",
+    "land_pos_hi": "int32",
+    "landed_before_moves": "bool",
+    "n_ops": "int32",
+    "margin_ns": "int64",
+}
+
+
+def load_raw(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise SpecraceError(f"cannot read vllm-run record {path}: {e}") from None
+    if raw.get("schema") != "specrace.vllm_raw":
+        raise SpecraceError(f"{path}: not a vllm-run raw record")
+    return raw
+
+
+def prepared_steps(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Engine steps that built inputs (an empty step has no layout)."""
+    return [s for s in raw["steps"] if "req_ids" in s]
+
+
+# -- the schedule -----------------------------------------------------------------------------
+def _ops(s: dict[str, Any]) -> list[RowOp]:
+    return [RowOp(op[0], int(op[1]), int(op[2]), str(op[3])) for op in s["ops"]]
+
+
+def step_record(n: int, s: dict[str, Any], prev: dict[str, Any] | None) -> StepRecord:
+    ids = list(s["req_ids"])
+    new = [x[0] for x in s["new"]]
+    finished = list(s["finished"])
+    ops = _ops(s)
+    unscheduled = [op.req_id for op in ops if op.kind == "remove" and op.req_id not in finished]
+    resumed = [op.req_id for op in ops if op.kind == "add" and op.req_id not in new]
+    truth = s.get("truth") or [1] * len(ids)
+    if s.get("truth_req_ids", ids) != ids:
+        raise SpecraceError(f"step {n}: the D2H rows do not match the step's layout")
+    n_prev = len(prev["req_ids"]) if prev else 0
+    pnd = (s.get("prev_num_draft_tokens") or [0] * n_prev)[:n_prev]
+    return StepRecord(
+        step=n,
+        finished=finished,
+        unscheduled=unscheduled,
+        new=new,
+        resumed=resumed,
+        ops=ops,
+        req_ids=ids,
+        num_scheduled=np.asarray(s["num_sched_rows"], dtype=np.int64),
+        num_computed=np.asarray(s["num_computed"], dtype=np.int64),
+        num_prompt=np.asarray(s["num_prompt"], dtype=np.int64),
+        drafts=np.asarray([s["spec"].get(r, 0) for r in ids], dtype=np.int64),
+        accepted=np.asarray(truth, dtype=np.int64),
+        discard=np.asarray(s["discard"], dtype=bool),
+        prev_positions=np.asarray(s["prev_positions"], dtype=np.int64),
+        prev_num_draft_tokens=np.asarray(pnd, dtype=np.int64),
+    )
+
+
+def build_schedule(raw: dict[str, Any]) -> Schedule:
+    cfg = raw["config"]
+    engine = EngineParams(
+        max_num_seqs=int(raw["max_num_reqs"]),
+        max_num_batched_tokens=int(raw["max_num_batched_tokens"]),
+        num_speculative_tokens=int(raw["num_speculative_tokens"]),
+        async_scheduling=True,
+        mamba_cache_mode=raw["mode"],
+    )
+    scenario = {
+        "name": f"vllm-{raw['mode']}-{cfg['name']}",
+        "description": f"measured: vLLM {raw.get('vllm_version', '?')} on a GPU (vllm-run)",
+        "engine": dataclasses.asdict(engine),
+        "vllm_run": {"config": cfg, "concurrency": cfg["max_num_seqs"]},
+    }
+    steps = prepared_steps(raw)
+    records = [step_record(n, s, steps[n - 1] if n else None) for n, s in enumerate(steps)]
+    requests = [r | {"prefix_hit_tokens": 0} for r in raw["requests"]]
+    return Schedule(scenario=scenario, seed=int(cfg["seed"]), requests=requests, steps=records)
+
+
+# -- landing and timing -----------------------------------------------------------------------
+def landing(s: dict[str, Any]) -> tuple[int, int, int]:
+    """(land_pos, land_pos_hi, first time the landing was seen; -1 if not before the read)."""
+    if s.get("landed_at_update_states"):
+        return 0, 0, int(s["t_us_start"])
+    ops = s["ops"]
+    for i, op in enumerate(ops):
+        t0, t1, before, after, group = op[4], op[5], op[6], op[7], op[8]
+        if before:
+            return i, i, int(t0)
+        if after:
+            if group >= 0:  # inside one condense call: anywhere among its moves
+                last = max(j for j, o in enumerate(ops) if o[8] == group)
+                return group, last + 1, int(t1)
+            return i, i + 1, int(t1)
+    if s.get("landed_at_read"):
+        return len(ops), len(ops), int(s["t_read"])
+    return -1, -1, -1
+
+
+def step_table(raw: dict[str, Any]) -> pd.DataFrame:
+    """One row per step: layout size, op counts and times, landing, read wait (ns, relative to
+    the start of ``_update_states`` unless named otherwise)."""
+    steps = prepared_steps(raw)
+    rows = []
+    for n, s in enumerate(steps):
+        t_us = int(s["t_us_start"])
+        ops = s["ops"]
+        writes = [o for o in ops if o[0] in WRITING]
+        lp, lp_hi, seen = landing(s)
+        prev = steps[n - 1] if n else None
+        issued = int(prev["t_d2h_issued"]) - t_us if prev and "t_d2h_issued" in prev else None
+        margin = -1
+        if writes and seen >= 0:
+            margin = min(0 if o[4] <= seen <= o[5] else min(abs(seen - o[4]), abs(seen - o[5]))
+                         for o in writes)  # fmt: skip
+        rows.append(
+            {
+                "step": n,
+                "num_reqs": len(s["req_ids"]),
+                "n_ops": len(ops),
+                **{
+                    f"n_{k}": sum(o[0] == k for o in ops) for k in ("remove", "add", "move", "swap")
+                },
+                "step_interval_ns": int(s["t_enter"] - steps[n - 1]["t_enter"]) if n else -1,
+                "update_states_ns": int(s["t_us_end"]) - t_us,
+                "first_write_ns": int(writes[0][4]) - t_us if writes else -1,
+                "last_write_ns": int(writes[-1][5]) - t_us if writes else -1,
+                "read_ns": int(s["t_read"]) - t_us,
+                "read_wait_ns": int(s["t_read_end"]) - int(s["t_read"]),
+                "d2h_issued_ns": issued if issued is not None else 0,
+                "landed_at_update_states": bool(s.get("landed_at_update_states")),
+                "landed_at_read": bool(s.get("landed_at_read")),
+                "land_pos": lp,
+                "land_pos_hi": lp_hi,
+                "land_seen_ns": seen - t_us if seen >= 0 else -1,
+                "margin_ns": margin,
+                "buffer_before": list(prev["buffer_after"]) if prev else [],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# -- the reads --------------------------------------------------------------------------------
+def build_reads(raw: dict[str, Any], schedule: Schedule, table: pd.DataFrame) -> pd.DataFrame:
+    steps = prepared_steps(raw)
+    align = raw["mode"] == "align"
+    parts = []
+    for n in range(1, len(steps)):
+        s, cur, prev = steps[n], schedule.steps[n], schedule.steps[n - 1]
+        rows = np.flatnonzero(cur.prev_positions >= 0)
+        if not rows.size:
+            continue
+        src = cur.prev_positions[rows]
+        true = prev.accepted[src]
+        cpu = np.asarray(s["cpu_value"], dtype=np.int64)[rows]
+        gpu = np.asarray(s.get("gpu_value") or s["cpu_value"], dtype=np.int64)[rows]
+        consumed = cur.drafts[rows] > 0
+        wrong = (cpu != true) if align else (consumed & (gpu != true))
+        t = table.iloc[n]
+        first_write = next((i for i, op in enumerate(cur.ops) if op.kind in WRITING), len(cur.ops))
+        lp, lp_hi = int(t["land_pos"]), int(t["land_pos_hi"])
+        before_moves = 0 <= lp_hi <= first_write
+        k = len(rows)
+        parts.append(
+            {
+                "step": np.full(k, n),
+                "req_id": np.asarray(cur.req_ids, dtype=object)[rows],
+                "row": rows,
+                "prev_row": src,
+                "prev_drafts": prev.drafts[src],
+                "drafts": cur.drafts[rows],
+                "true_count": true,
+                "cpu_value": cpu,
+                "gpu_value": gpu,
+                "consumed": consumed,
+                "wrong": wrong,
+                "land_pos": np.full(k, lp),
+                "land_pos_hi": np.full(k, lp_hi),
+                "landed_before_moves": np.full(k, before_moves),
+                "n_ops": np.full(k, len(cur.ops)),
+                "margin_ns": np.full(k, int(t["margin_ns"])),
+            }
+        )
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS.items()})
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in READ_COLUMNS}
+    return pd.DataFrame(cols).astype(READ_COLUMNS)
+
+
+def summarize(raw: dict[str, Any], reads: pd.DataFrame, table: pd.DataFrame) -> dict[str, Any]:
+    wrong = reads[reads["wrong"]]
+    lp, hi, n_ops = table["land_pos"], table["land_pos_hi"], table["n_ops"]
+    between = ((lp > 0) & (lp < n_ops)) | (lp != hi)
+    iv = table["step_interval_ns"][table["step_interval_ns"] > 0] / 1e6
+    return {
+        "mode": raw["mode"],
+        "config": raw["config"]["name"],
+        "vllm_version": raw.get("vllm_version", ""),
+        "steps": int(len(table)),
+        "reads": int(len(reads)),
+        "consumed_reads": int(reads["consumed"].sum()),
+        "wrong": int(len(wrong)),
+        "wrong_steps": int(wrong["step"].nunique()),
+        "wrong_pairs": {
+            f"{a}->{b}": int(c)
+            for (a, b), c in wrong.groupby(["true_count", "cpu_value"]).size().items()
+        },  # fmt: skip
+        "cpu_differs": int((reads["cpu_value"] != reads["true_count"]).sum()),
+        "steps_landed_at_update_states": int(table["landed_at_update_states"].sum()),
+        "steps_landed_between_ops": int(between.sum()),
+        "steps_not_landed_at_read": int((table["land_pos"] < 0).sum()),
+        "close_call_steps": int(
+            (
+                (table["margin_ns"] >= 0)
+                & (table["margin_ns"] < CLOSE_CALL_NS)
+                & ~table["landed_at_update_states"]
+            ).sum()
+        ),  # fmt: skip
+        "step_interval_ms_median": round(float(iv.median()), 3) if len(iv) else None,
+        "update_states_us_median": round(float(table["update_states_ns"].median() / 1e3), 1),
+    }
+
+
+def _parquet(df: pd.DataFrame, path: Path) -> None:
+    atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
+    """Write the four files under ``out``; return the summary (also ``export.json``)."""
+    raw = load_raw(raw_path)
+    schedule = build_schedule(raw)
+    table = step_table(raw)
+    reads = build_reads(raw, schedule, table)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "schedule.json", dumps(schedule))
+    _parquet(reads, out / "observed_vllm.parquet")
+    _parquet(table, out / "steps_vllm.parquet")
+    summary = summarize(raw, reads, table)
+    atomic_write_text(out / "export.json", json.dumps(summary, indent=2) + "\n")
+    return summary
