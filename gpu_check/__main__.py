@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--k", type=_positive, default=3, help="MTP draft tokens per step")
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
+    v.add_argument(
+        "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
+    )
     v.add_argument("--out", required=True)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")

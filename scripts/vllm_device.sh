@@ -7,14 +7,14 @@ set -o pipefail
 export PYTHONUNBUFFERED=1
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-res="${RES:-/tmp/specrace-vllm-results}"; mkdir -p "$res"
+res="${RES:-/tmp/specrace-vllm-${VLLM_VERSION:-newest}}"; mkdir -p "$res"
 export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}"
 export SPECRACE_COMMIT="$(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/specrace-triton}" VLLM_CACHE_ROOT=/tmp/specrace-vcache
 if [[ -f "$here/triton_cache.tgz" ]]; then mkdir -p "$TRITON_CACHE_DIR"; tar -C "$TRITON_CACHE_DIR" -xzf "$here/triton_cache.tgz"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$(date +%s)
-python3 -m gpu_check vllm-run --carry "$here" --modes "${MODES:-align,none}" \
+python3 -m gpu_check vllm-run --carry "$here" --modes "${MODES:-align,none}" --vllm-version "${VLLM_VERSION:-}" \
     --configs "${CONFIGS:-16:0,64:0}" --num-requests "${NREQ:-192}" --out "$res" ${RUN_ARGS:-} \
     2>&1 | grep -v "jit_monitor\|interface.py:358" | tee "$res/run.log"
 rc=${PIPESTATUS[0]}
@@ -24,8 +24,8 @@ for raw in "$res"/raw_*.json; do
     name="$(basename "$raw" .json)"; name="${name#raw_}"
     python3 -m gpu_check vllm-export "$raw" --out "$res/$name" > /dev/null || echo "export $name failed"
 done
-cp "$res/summary.json" "$res/run.log" "$OUT/" 2>/dev/null
-tar -C "$res" -czf "$OUT/results.tgz" .
+cp "$res/summary.json" "$OUT/summary_${VLLM_VERSION:-newest}.json" 2>/dev/null
+tar -C "$res" -czf "$OUT/results_${VLLM_VERSION:-newest}.tgz" .
 if [[ -n "${SAVE_TRITON:-}" ]]; then tar -C "$TRITON_CACHE_DIR" -czf "$OUT/triton_cache.tgz" .; fi
 ls -la "$OUT"
 exit $rc

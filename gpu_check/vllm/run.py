@@ -57,7 +57,7 @@ class Unavailable(RuntimeError):
     """No CUDA, or no vLLM to import: reported as one line by the CLI."""
 
 
-def ensure_vllm(carry: str | None) -> str:
+def ensure_vllm(carry: str | None, version: str = "") -> str:
     """Import vLLM, setting up the carried tree first if there is one. Returns its version."""
     for k, v in ENV.items():
         os.environ.setdefault(k, v)
@@ -73,7 +73,7 @@ def ensure_vllm(carry: str | None) -> str:
         from gpu_check.vllm.carry import CarryError, prepare
 
         try:
-            prepare(Path(carry))
+            prepare(Path(carry), version=version or None)
         except CarryError as e:
             raise Unavailable(str(e)) from None
     try:
@@ -346,7 +346,7 @@ def main_run(args: Any) -> int:
         print(f"gpu_check: error: --modes takes align,none; got {args.modes!r}", file=sys.stderr)
         return 2
     try:
-        version = ensure_vllm(args.carry)
+        version = ensure_vllm(args.carry, getattr(args, "vllm_version", ""))
     except Unavailable as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
