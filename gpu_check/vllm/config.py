@@ -172,3 +172,29 @@ def parse_configs(text: str, base: RunConfig | None = None) -> list[RunConfig]:
     if not out:
         raise ValueError("no configurations given")
     return out
+
+
+MODES = ("align", "none")
+
+
+def parse_plan(
+    modes: str, configs: str, base: RunConfig | None = None
+) -> dict[str, list[RunConfig]]:
+    """Which configurations run under which mamba mode.
+
+    ``configs`` is one list for every mode (``"16:0,64:0"``) or one per mode,
+    ``"align=16:0,16:8000;none=16:0"`` (a mode not named there gets none and is skipped).
+    """
+    names = [m for m in modes.split(",") if m]
+    bad = [m for m in names if m not in MODES]
+    if bad or not names:
+        raise ValueError(f"--modes takes a comma list of {','.join(MODES)}; got {modes!r}")
+    if "=" not in configs:
+        return {m: parse_configs(configs, base) for m in names}
+    per_mode: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in configs.split(";"))):
+        mode, sep, items = part.partition("=")
+        if not sep or mode not in MODES:
+            raise ValueError(f"--configs part {part!r}: expected MODE=CONFIGS with MODE in {MODES}")
+        per_mode[mode] = items
+    return {m: parse_configs(per_mode[m], base) for m in names if m in per_mode}

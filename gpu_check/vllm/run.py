@@ -269,9 +269,7 @@ def shutdown(llm: Any) -> None:
 MODEL_DIR = Path("/tmp/specrace-tiny-qwen3-next")
 
 
-def run(
-    modes: list[str], configs: list[RunConfig], out: Path, k: int = 3, version: str = ""
-) -> dict:
+def run(plan: dict[str, list[RunConfig]], out: Path, k: int = 3, version: str = "") -> dict:
     """Every mode x every configuration; one summary.json. Errors are recorded, not hidden."""
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
@@ -279,12 +277,12 @@ def run(
 
     out.mkdir(parents=True, exist_ok=True)
     write_model_dir(MODEL_DIR)
-    capacity = max(c.max_num_seqs for c in configs)
+    capacity = max(c.max_num_seqs for configs in plan.values() for c in configs)
     summary: dict[str, Any] = {"environment": environment(), "vllm_version": version,
                                "modes": {}, "errors": []}  # fmt: skip
     ns_per_cycle = calibrate_sleep()
     summary["sleep_ns_per_cycle"] = ns_per_cycle
-    for mode in modes:
+    for mode, configs in plan.items():
         engine = EngineConfig(
             mamba_cache_mode=mode, num_speculative_tokens=k, max_num_seqs=capacity
         )
@@ -331,19 +329,13 @@ def _dump(summary: dict, out: Path) -> None:
 
 def main_run(args: Any) -> int:
     """The CLI entry: one line and status 2 when CUDA or vLLM is missing."""
-    from gpu_check.vllm.config import parse_configs
+    from gpu_check.vllm.config import parse_plan
 
+    base = RunConfig(num_requests=args.num_requests, seed=args.seed)
     try:
-        configs = parse_configs(
-            args.configs, RunConfig(num_requests=args.num_requests, seed=args.seed)
-        )
+        plan = parse_plan(args.modes, args.configs, base)
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
-        return 2
-    modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in ("align", "none")]
-    if bad or not modes:
-        print(f"gpu_check: error: --modes takes align,none; got {args.modes!r}", file=sys.stderr)
         return 2
     try:
         version = ensure_vllm(args.carry, getattr(args, "vllm_version", ""))
@@ -351,5 +343,5 @@ def main_run(args: Any) -> int:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
     log("vLLM", version)
-    summary = run(modes, configs, Path(args.out), k=args.k, version=version)
+    summary = run(plan, Path(args.out), k=args.k, version=version)
     return 1 if summary["errors"] else 0
