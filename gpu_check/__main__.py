@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
+    v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--out", required=True)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")

@@ -35,6 +35,7 @@ One row of ``observed_vllm.parquet`` per read (a row of step N+1 with a previous
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,9 @@ READ_COLUMNS = {
 
 def load_raw(path: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = path.read_bytes()
+        raw = json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    except (OSError, json.JSONDecodeError, gzip.BadGzipFile) as e:
         raise SpecraceError(f"cannot read vllm-run record {path}: {e}") from None
     if raw.get("schema") != "specrace.vllm_raw":
         raise SpecraceError(f"{path}: not a vllm-run raw record")

@@ -198,7 +198,13 @@ def _interval_stats(steps: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def run_config(
-    llm: Any, cfg: RunConfig, mode: str, out: Path, ns_per_cycle: float, version: str
+    llm: Any,
+    cfg: RunConfig,
+    mode: str,
+    out: Path,
+    ns_per_cycle: float,
+    version: str,
+    repeat_baseline: bool = False,
 ) -> dict:
     from gpu_check.vllm.instrument import Recorder
 
@@ -222,6 +228,17 @@ def run_config(
         rec.uninstall()
     steps = rec.finish()
     result["instrumented"] |= {"runner_steps": len(steps), **_interval_stats(steps)}
+    if cfg.baseline and repeat_baseline:  # A-B-A: is a difference the hooks or the order?
+        llm.reset_prefix_cache()
+        rec2 = Recorder(runner, "timing", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+        try:
+            result["baseline_after"] = drive(llm, reqs, f"a{cfg.name}-")
+        finally:
+            rec2.uninstall()
+        result["baseline_after"] |= {
+            "runner_steps": len(rec2.steps),
+            **_interval_stats(rec2.finish()),
+        }
     raw = {
         "schema": "specrace.vllm_raw",
         "mode": mode,
@@ -269,7 +286,13 @@ def shutdown(llm: Any) -> None:
 MODEL_DIR = Path("/tmp/specrace-tiny-qwen3-next")
 
 
-def run(plan: dict[str, list[RunConfig]], out: Path, k: int = 3, version: str = "") -> dict:
+def run(
+    plan: dict[str, list[RunConfig]],
+    out: Path,
+    k: int = 3,
+    version: str = "",
+    repeat_baseline: bool = False,
+) -> dict:
     """Every mode x every configuration; one summary.json. Errors are recorded, not hidden."""
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
@@ -304,7 +327,7 @@ def run(plan: dict[str, list[RunConfig]], out: Path, k: int = 3, version: str = 
         entry["warmup_s"] = round(time.time() - t, 1)
         for cfg in configs:
             try:
-                res = run_config(llm, cfg, mode, out, ns_per_cycle, version)
+                res = run_config(llm, cfg, mode, out, ns_per_cycle, version, repeat_baseline)
             except Exception as e:  # noqa: BLE001
                 summary["errors"].append(
                     {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}
@@ -314,7 +337,9 @@ def run(plan: dict[str, list[RunConfig]], out: Path, k: int = 3, version: str = 
             entry["configs"].append(res)
             log(
                 f"{mode} {cfg.name}:",
-                json.dumps({k: res[k] for k in ("baseline", "instrumented") if k in res}),
+                json.dumps(
+                    {k: res[k] for k in ("baseline", "instrumented", "baseline_after") if k in res}
+                ),
             )
             _dump(summary, out)
         shutdown(llm)
@@ -343,5 +368,7 @@ def main_run(args: Any) -> int:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
     log("vLLM", version)
-    summary = run(plan, Path(args.out), k=args.k, version=version)
+    summary = run(
+        plan, Path(args.out), k=args.k, version=version, repeat_baseline=args.repeat_baseline
+    )
     return 1 if summary["errors"] else 0
