@@ -37,20 +37,50 @@ STUB_PACKAGES = (
     "lmformatenforcer.integrations",
 )
 
-STUB_SOURCE = '''"""specrace import stub: a structured-output backend, not carried (never used)."""
+STUB_SOURCE = '''"""specrace import stub: a structured-output backend, not carried (never used).
+
+Any submodule that has no file here (``xgrammar.structural_tag``, ...) is made on import by the
+finder below, so a vLLM release that imports one more name still starts.
+"""
+
+import importlib.abc
+import importlib.machinery
+import sys
 
 __version__ = "0.0.0+specrace-stub"
+_ROOTS = {ROOTS!r}
 
 
 class _Missing:
     def __init__(self, *args, **kwargs):
-        raise RuntimeError(f"{__name__} is an import stub: guided decoding is not available")
+        raise RuntimeError(f"{{type(self).__module__}} is an import stub: no guided decoding")
 
 
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    return type(name, (_Missing,), {})
+    return type(name, (_Missing,), {{"__module__": __name__}})
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    specrace_stub = True
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _ROOTS:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__path__ = []
+        module.__version__ = __version__
+        module.__getattr__ = lambda name: __getattr__(name)
+
+
+if not any(getattr(f, "specrace_stub", False) for f in sys.meta_path):
+    sys.meta_path.append(_StubFinder())  # after the normal finders: only for missing files
 '''
 
 # The flash-attention wrapper raises at import when its .so files are absent; the runner
@@ -77,7 +107,8 @@ def write_stubs(dest: Path) -> list[Path]:
     for pkg in STUB_PACKAGES:
         d = dest.joinpath(*pkg.split("."))
         d.mkdir(parents=True, exist_ok=True)
-        (d / "__init__.py").write_text(STUB_SOURCE)
+        roots = sorted({p.split(".")[0] for p in STUB_PACKAGES})
+        (d / "__init__.py").write_text(STUB_SOURCE.format(ROOTS=roots))
         out.append(d / "__init__.py")
     return out
 
