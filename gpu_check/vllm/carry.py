@@ -9,7 +9,7 @@ The GPU machine has torch, triton, numpy, pandas and transformers but no vLLM an
   pinned (pydantic, fastapi, openai, msgspec, pyzmq, cbor2, compressed-tensors, ...), and simpy;
 - ``stubs/``: import stubs written by :func:`write_stubs` for the structured-output backends
   (xgrammar, llguidance, outlines_core, lmformatenforcer). vLLM imports them at start-up; their
-  classes raise if used. Guided decoding is therefore off; the run does not use it;
+  classes are inert (construct, return more inert objects, do nothing). Guided decoding is therefore off; the run does not use it;
 - ``src/``: this project's ``sim`` and ``gpu_check`` trees, put first on ``PYTHONPATH``.
 
 :func:`prepare` (on the GPU machine) installs the wheels into a folder, unpacks the vLLM tree,
@@ -52,8 +52,19 @@ _ROOTS = {ROOTS!r}
 
 
 class _Missing:
+    """Inert: vLLM 0.33.0 builds some of these at import time (vllm/parser/harmony.py), so
+    construction, attributes and calls give more inert objects; nothing here does any work."""
+
     def __init__(self, *args, **kwargs):
-        raise RuntimeError(f"{{type(self).__module__}} is an import stub: no guided decoding")
+        pass
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing()
+
+    def __call__(self, *args, **kwargs):
+        return _Missing()
 
 
 def __getattr__(name):
