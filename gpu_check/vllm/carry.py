@@ -9,7 +9,8 @@ The GPU machine has torch, triton, numpy, pandas and transformers but no vLLM an
   pinned (pydantic, fastapi, openai, msgspec, pyzmq, cbor2, compressed-tensors, ...), and simpy;
 - ``stubs/``: import stubs written by :func:`write_stubs` for the structured-output backends
   (xgrammar, llguidance, outlines_core, lmformatenforcer). vLLM imports them at start-up; their
-  classes are inert (construct, return more inert objects, do nothing). Guided decoding is therefore off; the run does not use it;
+  classes are inert (they construct and return more inert objects). Guided decoding is off;
+  the run does not use it;
 - ``src/``: this project's ``sim`` and ``gpu_check`` trees, put first on ``PYTHONPATH``.
 
 :func:`prepare` (on the GPU machine) installs the wheels into a folder, unpacks the vLLM tree,
