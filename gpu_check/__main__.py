@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", required=True)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")
-    e.add_argument("raw", help="a raw_<mode>_<config>.json from vllm-run")
-    e.add_argument("--out", required=True)
+    e.add_argument("raw", help="a raw_<mode>_<config>.json(.gz), or a folder with raw/")
+    e.add_argument("--out", help="output folder (for one raw record)")
 
     a = sub.add_parser("vllm-compare", help="sim's prediction of every read of an exported run")
     a.add_argument("dir", help="a folder written by vllm-export")
@@ -254,8 +254,16 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     from gpu_check.vllm.export import export_run
+    from gpu_check.vllm.tables import export_folder, write_tables
 
-    return json.dumps(_check_input(export_run, Path(args.raw), Path(args.out)), indent=2)
+    src = Path(args.raw)
+    if src.is_dir():  # a version folder of data/vllm: every raw/*.json.gz, then the tables
+        reports = _check_input(export_folder, src)
+        write_tables(src.parent)
+        return json.dumps(reports, indent=2, default=int)
+    if not args.out:
+        raise UsageError("--out is required when exporting one raw record")
+    return json.dumps(_check_input(export_run, src, Path(args.out)), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -263,7 +271,13 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
 
     from gpu_check.vllm.agreement import compare_dir, report_text
 
-    report = _check_input(compare_dir, Path(args.dir))
+    folder = Path(args.dir)
+    if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
+        from gpu_check.vllm.tables import RESULT_COLUMNS, results
+
+        rows = _check_input(lambda: results(folder)[0])
+        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:14])
+    report = _check_input(compare_dir, folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 
 
