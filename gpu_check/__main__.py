@@ -250,6 +250,16 @@ def cmd_summary(args: argparse.Namespace) -> str:
     return _check_input(summary_markdown, Path(args.dir))
 
 
+def _vllm_input(fn, *args):
+    """Like _check_input, and a SpecraceError (missing or malformed file) is one line too."""
+    from sim.errors import SpecraceError
+
+    try:
+        return _check_input(fn, *args)
+    except SpecraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_vllm_export(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -258,12 +268,12 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
 
     src = Path(args.raw)
     if src.is_dir():  # a version folder of data/vllm: every raw/*.json.gz, then the tables
-        reports = _check_input(export_folder, src)
+        reports = _vllm_input(export_folder, src)
         write_tables(src.parent)
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    return json.dumps(_check_input(export_run, src, Path(args.out)), indent=2)
+    return json.dumps(_vllm_input(export_run, src, Path(args.out)), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -275,9 +285,9 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
-        rows = _check_input(lambda: results(folder)[0])
+        rows = _vllm_input(lambda: results(folder)[0])
         return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:14])
-    report = _check_input(compare_dir, folder)
+    report = _vllm_input(compare_dir, folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 
 
