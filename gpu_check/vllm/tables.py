@@ -1,5 +1,6 @@
 """The committed tables of data/vllm: every raw record exported and compared, one results row
-per measured configuration (``results.csv``) and the timing of its passes (``timing.csv``).
+per measured configuration (``results.csv``), the timing of its passes (``timing.csv``) and the
+host time of vLLM's row ops (``op_timing.csv``).
 
 ``python -m gpu_check vllm-export data/vllm/v0.24.0`` regenerates one version's folder from its
 ``raw/*.json.gz``; ``python -m gpu_check vllm-compare data/vllm`` prints the table of all.
@@ -121,8 +122,51 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return rows, timing
 
 
-def write_tables(root: Path) -> tuple[Path, Path]:
+def op_timing(root: Path) -> list[dict[str, Any]]:
+    """Host time of each kind of row op (``perf_counter_ns`` around vLLM's own method, hooks'
+    polls outside the span; one ``condense`` call for all of its moves), per run."""
+    import numpy as np
+
+    from gpu_check.vllm.export import load_raw, prepared_steps
+
+    out = []
+    for raw_path in sorted(root.rglob("raw/raw_*.json*")):
+        raw = load_raw(raw_path)
+        spans: dict[str, list[int]] = {}
+        seen_groups = set()
+        for s in prepared_steps(raw):
+            for op in s["ops"]:
+                if op[0] == "move":
+                    if (s["step"], op[8]) in seen_groups:
+                        continue
+                    seen_groups.add((s["step"], op[8]))
+                    kind = "condense"
+                else:
+                    kind = op[0]
+                spans.setdefault(kind, []).append(op[5] - op[4])
+            spans.setdefault("_update_states", []).append(s["t_us_end"] - s["t_us_start"])
+        for kind, d in sorted(spans.items()):
+            q = np.percentile(d, [50, 90])
+            out.append(
+                {
+                    "vllm": raw.get("vllm_version", ""),
+                    "run": raw_path.parent.parent.name,
+                    "config": raw_name(raw_path),
+                    "op": kind,
+                    "count": len(d),
+                    "p50_us": round(q[0] / 1e3, 1),
+                    "p90_us": round(q[1] / 1e3, 1),
+                }
+            )
+    return out
+
+
+def write_tables(root: Path) -> tuple[Path, Path, Path]:
     from gpu_check.store import write_csv
 
     rows, timing = results(root)
-    return write_csv(rows, root / "results.csv"), write_csv(timing, root / "timing.csv")
+    return (
+        write_csv(rows, root / "results.csv"),
+        write_csv(timing, root / "timing.csv"),
+        write_csv(op_timing(root), root / "op_timing.csv"),
+    )
