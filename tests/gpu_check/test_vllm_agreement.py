@@ -87,3 +87,22 @@ def test_align_gives_R_the_finished_request_count_only_between_fill_and_swap(
 def test_device_authoritative_never_reads_the_buffer(land_pos: int) -> None:
     cpu, gpu = predict_step(get_policy("device-authoritative"), PREV, CUR, np.ones(4), land_pos)
     assert (cpu == 1).all() and gpu[0] == 1  # R had no drafts: not repaired, and 1 is right
+
+
+def test_readme_totals_match_the_committed_results() -> None:
+    import pandas as pd
+
+    r = pd.read_csv(DATA / "results.csv")
+    text = (DATA / "README.md").read_text()
+    assert f"{r['scored'].sum():,} scored reads, 0 disagreements" in text
+    assert (r["agree"] == r["scored"]).all()
+    assert f"{r['ambiguous'].sum()} ambiguous (unscored)" in text
+    assert (
+        f"Align went wrong in {r.loc[r['mode'] == 'align', 'wrong_observed'].sum()} reads" in text
+    )
+    for row in r.itertuples():
+        line = (f"| {row.vllm} | {row.run} | {row.mode} | {row.max_num_seqs} | "
+                f"{int(row.gpu_delay_ms)} | {row.steps} | {row.reads} | {row.wrong_observed} | "
+                f"{row.wrong_predicted} | {row.agree}/{row.scored} | {row.ambiguous} | "
+                f"{row.close_call_steps} |")  # fmt: skip
+        assert line in text, line
