@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
+    v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
+    v.add_argument("--arrival-every", type=_positive, default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--out", required=True)
 
@@ -286,7 +288,7 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
         rows = _vllm_input(lambda: results(folder)[0])
-        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:14])
+        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:15])
     report = _vllm_input(compare_dir, folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 

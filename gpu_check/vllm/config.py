@@ -122,7 +122,8 @@ class RunConfig:
 
     @property
     def name(self) -> str:
-        return self.label or f"s{self.max_num_seqs}_d{self.gpu_delay_us // 1000}ms"
+        tail = "" if self.arrivals == "all-at-start" else f"_stag{self.arrival_every}"
+        return self.label or f"s{self.max_num_seqs}_d{self.gpu_delay_us // 1000}ms{tail}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -356,7 +356,12 @@ def main_run(args: Any) -> int:
     """The CLI entry: one line and status 2 when CUDA or vLLM is missing."""
     from gpu_check.vllm.config import parse_plan
 
-    base = RunConfig(num_requests=args.num_requests, seed=args.seed)
+    base = RunConfig(
+        num_requests=args.num_requests,
+        seed=args.seed,
+        arrivals=args.arrivals,
+        arrival_every=args.arrival_every,
+    )
     try:
         plan = parse_plan(args.modes, args.configs, base)
     except ValueError as e:

@@ -15,7 +15,7 @@ from typing import Any
 from sim.errors import SpecraceError
 
 RESULT_COLUMNS = [
-    "vllm", "run", "mode", "max_num_seqs", "gpu_delay_ms", "policy", "steps", "reads",
+    "vllm", "run", "mode", "max_num_seqs", "gpu_delay_ms", "arrivals", "policy", "steps", "reads",
     "wrong_observed", "wrong_predicted", "agree", "scored", "ambiguous", "close_call_steps",
     "steps_landed_at_update_states", "steps_landed_between_ops", "steps_not_landed_at_read",
     "wrong_pairs",
@@ -71,9 +71,7 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         agr_path = folder / "agreement.json"
         agr = json.loads(agr_path.read_text()) if agr_path.is_file() else {}
         res = _timing(folder)
-        cfg = res.get("config", {})
-        seqs = cfg.get("max_num_seqs") or int(exp["config"].split("_")[0][1:])
-        delay = cfg.get("gpu_delay_us", 1000 * int(exp["config"].split("_d")[1].removesuffix("ms")))
+        seqs, delay = exp["max_num_seqs"], exp["gpu_delay_us"]
         run = folder.parent.name
         rows.append(
             {
@@ -82,6 +80,7 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 "mode": exp["mode"],
                 "max_num_seqs": seqs,
                 "gpu_delay_ms": delay / 1000,
+                "arrivals": exp["arrivals"],
                 "policy": agr.get("policy", ""),
                 "steps": exp["steps"],
                 "reads": exp["reads"],
@@ -107,6 +106,7 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                         "mode": exp["mode"],
                         "max_num_seqs": seqs,
                         "gpu_delay_ms": delay / 1000,
+                        "arrivals": exp["arrivals"],
                         "pass": name,
                         "runner_steps": p["runner_steps"],
                         "wall_s": p["wall_s"],
@@ -116,7 +116,7 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                         "step_ms_mean": p["mean_ms"],
                     }
                 )
-    key = ("vllm", "run", "mode", "max_num_seqs", "gpu_delay_ms")
+    key = ("vllm", "run", "mode", "max_num_seqs", "gpu_delay_ms", "arrivals")
     rows.sort(key=lambda r: tuple(r[k] for k in key))
     timing.sort(key=lambda r: tuple(r[k] for k in key))
     return rows, timing
