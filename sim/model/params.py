@@ -9,11 +9,14 @@ the file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import tomllib
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -214,25 +217,69 @@ class Scenario:
         return dataclasses.asdict(self)
 
 
+_SECTION_CLASSES: dict[str, type] = {
+    "engine": EngineParams,
+    "workload": WorkloadParams,
+    "timing": TimingParams,
+}
+
+
+def parameter_keys() -> list[str]:
+    """Every ``section.key`` that ``--set`` accepts."""
+    return [f"{sec}.{f.name}" for sec, cls in _SECTION_CLASSES.items() for f in fields(cls)]
+
+
+def parameter_defaults() -> dict[str, Any]:
+    """``section.key -> default`` of the dataclasses (a scenario file may change them)."""
+    out: dict[str, Any] = {}
+    for sec, cls in _SECTION_CLASSES.items():
+        inst = cls()
+        for f in fields(cls):
+            out[f"{sec}.{f.name}"] = getattr(inst, f.name)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Loading
 
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "data" / "scenarios"
+def _builtin(folder: str) -> dict[str, Traversable]:
+    """Package data shipped with sim (importlib.resources): name -> TOML resource."""
+    root = resources.files("sim.model") / folder
+    return {q.name[: -len(".toml")]: q for q in root.iterdir() if q.name.endswith(".toml")}
 
 
-def scenario_path(name_or_path: str) -> Path:
-    """A path as given, or the built-in ``data/scenarios/<name>.toml``."""
+def builtin_scenarios() -> list[str]:
+    return sorted(_builtin("scenarios"))
+
+
+def builtin_timing_files() -> list[str]:
+    return sorted(_builtin("timing"))
+
+
+def _resolve(name_or_path: str, folder: str, what: str) -> tuple[str, str, str]:
+    """(text, stem, origin) of a TOML file given by path or by built-in name."""
     p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+    if p.suffix == ".toml" or p.exists() or "/" in name_or_path:
         if not p.is_file():
-            raise SpecraceError(f"scenario file not found: {p}")
-        return p
-    builtin = SCENARIO_DIR / f"{name_or_path}.toml"
-    if not builtin.is_file():
-        known = ", ".join(sorted(q.stem for q in SCENARIO_DIR.glob("*.toml")))
-        raise SpecraceError(f"unknown scenario {name_or_path!r} (built-in: {known})")
-    return builtin
+            raise SpecraceError(f"{what} file not found: {p}")
+        return _read_text(p), p.stem, str(p)
+    builtin = _builtin(folder)
+    if name_or_path not in builtin:
+        known = ", ".join(sorted(builtin))
+        hint = _near(name_or_path, builtin)
+        raise SpecraceError(f"unknown {what} {name_or_path!r}{hint} (built-in: {known})")
+    return builtin[name_or_path].read_text(), name_or_path, f"built-in {what} {name_or_path}"
+
+
+def _near(word: str, candidates) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def scenario_path(name_or_path: str) -> str:
+    """Where a scenario comes from: the path as given, or ``built-in scenario NAME``."""
+    return _resolve(name_or_path, "scenarios", "scenario")[2]
 
 
 def load_scenario(
@@ -240,34 +287,51 @@ def load_scenario(
     overrides: dict[str, str] | None = None,
     timing_files: tuple[str, ...] = (),
 ) -> Scenario:
-    """Load, apply timing files (``[timing]`` tables, e.g. ``data/params/*.toml``, in order),
-    then ``section.key=value`` overrides, and validate a scenario."""
-    path = scenario_path(name_or_path)
-    raw = _read_toml(path)
-    for key, text in {**timing_file_overrides(timing_files), **(overrides or {})}.items():
-        _apply_override(raw, key, text, path)
-    return scenario_from_dict(raw, path.stem, str(path))
+    """Load, apply timing files (``[timing]`` tables: a path or a built-in name such as
+    ``h200``, in order), then ``section.key=value`` overrides, and validate a scenario."""
+    text, stem, origin = _resolve(name_or_path, "scenarios", "scenario")
+    raw = _parse_toml(text, origin)
+    base = scenario_from_dict(raw, stem, origin)  # the file itself must be valid
+    extra = {**timing_file_overrides(timing_files), **(overrides or {})}
+    if not extra:
+        return base
+    return with_overrides(base, extra)
 
 
 def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``timing.key -> value`` from ``[timing]``-only TOML files, later files winning."""
     out: dict[str, str] = {}
     for f in files:
-        table = _read_toml(Path(f))
+        text, _stem, origin = _resolve(f, "timing", "timing file")
+        table = _parse_toml(text, origin)
         extra = set(table) - {"timing"}
         if extra:
-            raise SpecraceError(f"{f}: a timing file holds only [timing], not {sorted(extra)}")
-        out.update({f"timing.{k}": json.dumps(v) for k, v in table.get("timing", {}).items()})
+            raise SpecraceError(f"{origin}: a timing file holds only [timing], not {sorted(extra)}")
+        timing = table.get("timing", {})
+        if not isinstance(timing, dict):
+            raise SpecraceError(f"{origin}: [timing] must be a table")
+        known = {f.name for f in fields(TimingParams)}
+        for key in timing:
+            if key not in known:
+                raise SpecraceError(f"{origin}: unknown key timing.{key}{_near(key, known)}")
+        out.update({f"timing.{k}": json.dumps(v) for k, v in timing.items()})
     return out
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_text(path: Path) -> str:
     try:
-        return tomllib.loads(path.read_text())
+        return path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecraceError(f"{path}: cannot read: {e}") from None
+
+
+def _parse_toml(text: str, origin: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise SpecraceError(f"{path}: not valid TOML: {e}") from None
+        raise SpecraceError(f"{origin}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecraceError(f"{origin}: nested too deeply") from None
 
 
 def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
@@ -295,19 +359,27 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
 
 
 def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
-    """Re-validate a scenario with ``section.key=value`` overrides applied."""
+    """Re-validate a scenario with ``section.key=value`` overrides applied; an error names
+    the override, not the scenario file."""
     raw = json.loads(json.dumps(scenario.to_dict()))  # tuples -> lists, as TOML gives
     del raw["name"]
     for key, text in overrides.items():
-        _apply_override(raw, key, text, "--set")
-    return scenario_from_dict(raw, scenario.name, f"scenario {scenario.name} with --set")
+        _apply_override(raw, key, text)
+    return scenario_from_dict(raw, scenario.name, "--set")
 
 
-def _apply_override(raw: dict[str, Any], key: str, text: str, origin: object) -> None:
+def _apply_override(raw: dict[str, Any], key: str, text: str) -> None:
     parts = key.split(".")
-    if len(parts) != 2 or parts[0] not in ("engine", "workload", "timing"):
+    if len(parts) != 2 or parts[0] not in _SECTION_CLASSES:
         raise SpecraceError(
             f"--set {key}: expected section.key with section engine|workload|timing"
+            f"{_near(key, parameter_keys())}"
+        )
+    known = {f.name for f in fields(_SECTION_CLASSES[parts[0]])}
+    if parts[1] not in known:
+        raise SpecraceError(
+            f"--set {key}: unknown key{_near(key, parameter_keys())} "
+            f"(python -m sim params lists them)"
         )
     raw.setdefault(parts[0], {})[parts[1]] = parse_value(text)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the umask
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -45,6 +48,49 @@ def read_json(path: Path, what: str) -> Any:
         raise SpecraceError(f"{what} not found: {path}") from None
     except (OSError, json.JSONDecodeError) as e:
         raise SpecraceError(f"{what} {path} is unreadable or truncated: {e}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
+    """A run directory written whole or not at all.
+
+    Yields a temporary directory beside ``out``; on success it replaces ``out`` (which must be
+    absent or empty unless ``force``), on failure or Ctrl-C it is removed and ``out`` is left
+    as it was. A directory holds one run: writing a second run into it is refused.
+    """
+    if not str(out):
+        raise SpecraceError("--out is empty: name a directory")
+    if out.exists() and not out.is_dir():
+        raise SpecraceError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SpecraceError(f"--out {out} is not empty (a previous run?): --force replaces it")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise SpecraceError(f"--out {out}: {parent} is not a directory")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    except OSError as e:
+        raise SpecraceError(f"--out {out}: cannot create: {e.strerror}") from None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ensure_out_dir(out: Path) -> Path:

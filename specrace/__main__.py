@@ -1,0 +1,3 @@
+from specrace.cli import main
+
+raise SystemExit(main())
