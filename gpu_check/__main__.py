@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
 from gpu_check.tables import format_table
@@ -20,7 +21,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the usage block too
+    def error(self, message: str) -> NoReturn:  # argparse would print the usage block too
         raise UsageError(message)
 
 

@@ -83,9 +83,9 @@ def plan_padding(
         raise ValueError(f"max-num-batched-tokens={max_num_batched_tokens} < 1+k={q}")
     sizes = capture_sizes(max_num_seqs, num_spec, max_num_batched_tokens)
     num_tokens = num_reqs * q
-    padded = next((s for s in sizes if s >= num_tokens), None)
-    full = padded is not None and q <= padded <= q * max_num_seqs
-    padded = padded if full else num_tokens
+    fit = next((s for s in sizes if s >= num_tokens), None)
+    full = fit is not None and q <= fit <= q * max_num_seqs
+    padded = fit if fit is not None and full else num_tokens
     return PaddingPlan(
         num_reqs=num_reqs,
         num_spec=num_spec,

@@ -78,6 +78,7 @@ class ScriptedCounts:
             self._land()
 
     def _land(self) -> None:
+        assert self._counts is not None, "land() before launch()"
         dst = self.private if self._private else self.buf
         dst[: len(self._counts)] = self._counts
         self._landed = True

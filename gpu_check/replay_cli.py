@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.environment import environment
-from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
+from gpu_check.replay import CountsDevice, CudaCounts, ReplayConfig, ScriptedCounts, replay
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
@@ -44,8 +44,9 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
     frames, env = [], environment(args.device)
     for policy in policies:
         if args.device == "cuda":
-            device = CudaCounts(schedule.max_num_reqs)
-            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(device))
+            cuda = CudaCounts(schedule.max_num_reqs)
+            device: CountsDevice = cuda
+            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
         else:
             rng = np.random.default_rng([args.seed, 7])
@@ -115,8 +116,9 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
     for policy, timeline, reads, timing in loaded:
         steps = sorted(timeline)
         if args.device == "cuda":
-            device = CudaCounts(schedule.max_num_reqs)
-            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(device))
+            cuda = CudaCounts(schedule.max_num_reqs)
+            device: CountsDevice = cuda
+            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
         else:  # land exactly where the model said: the replay must then agree everywhere
             cfg = ReplayConfig(timing, seed=args.seed)

@@ -8,6 +8,8 @@ blocks (vllm-mechanics.md §5.4); slot 0 holds the prompt's state.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import torch
@@ -20,7 +22,7 @@ def add_gdn_columns(
     reads: pd.DataFrame,
     schedule: Schedule,
     device: str,
-    dims: dict[str, int] | None = None,
+    dims: dict[str, Any] | None = None,
     impl: str = "triton",
 ) -> pd.DataFrame:
     """Adds ``gdn_rel_err`` (consumed vs true count) and ``gdn_diverged`` for spec rows."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from itertools import accumulate
+from typing import Any
 
 import torch
 
-QWEN35_DIMS = {"H": 16, "HV": 32, "K": 128, "V": 128}
+QWEN35_DIMS: dict[str, Any] = {"H": 16, "HV": 32, "K": 128, "V": 128}
 
 __all__ = ["QWEN35_DIMS", "SpecProblem", "make_spec_problem", "rel_err"]
 
@@ -36,7 +37,7 @@ class SpecProblem:
     ssm_state_indices: torch.Tensor
     num_accepted_tokens: torch.Tensor
 
-    def kernel_args(self) -> dict[str, torch.Tensor]:
+    def kernel_args(self) -> dict[str, Any]:
         """Keyword arguments for `spec_gdn_update` / `spec_gdn_reference`."""
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 

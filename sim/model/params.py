@@ -407,7 +407,7 @@ def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:
 
 def _convert(hint: Any, value: Any, key: str, origin: str) -> Any:
     origin_t = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key, origin)
     if origin_t is Literal:
         allowed = typing.get_args(hint)
