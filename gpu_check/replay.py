@@ -138,6 +138,14 @@ class CudaCounts:
         self.event.synchronize()
 
 
+# observed.parquet: one row per replayed read (data/replay/README.md defines each column).
+OBSERVED_COLUMNS = [
+    "policy", "step", "req_id", "row", "prev_row", "prev_drafts", "true_count",
+    "cpu_observed", "cpu_predicted", "agree", "gpu_consumed", "reads_buffer", "gpu_wrong",
+    "land_pos", "land_during_op", "n_ops",
+]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     timing: TimingParams
@@ -167,8 +175,8 @@ def prior_buffer(schedule: Schedule, n: int) -> np.ndarray:
     prev = schedule.steps[n - 1]
     if n >= 2:
         pp = prev.prev_positions
-        vals = np.where(pp >= 0, schedule.steps[n - 2].accepted[np.maximum(pp, 0)], 1)
-        buf[: prev.num_reqs] = vals
+        ok = pp >= 0
+        buf[: prev.num_reqs][ok] = schedule.steps[n - 2].accepted[pp[ok]]
     return buf
 
 
@@ -261,7 +269,7 @@ def replay(
         if land < 0 and device.poll(len(cur.ops)):
             land, during = len(cur.ops), True
         rows.extend(_verdicts(schedule, n, policy, prior, land, observed, during))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=OBSERVED_COLUMNS)
 
 
 def _verdicts(

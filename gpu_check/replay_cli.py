@@ -17,7 +17,6 @@ from sim.model.params import load_scenario, scenario_from_dict
 from sim.model.policies import POLICIES, get_policy
 from sim.model.schedule import read_schedule
 from sim.model.scheduling import build_schedule
-from sim.runs.io import ensure_out_dir
 from sim.runs.run import write_parquet
 
 
@@ -33,7 +32,6 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
         else:
             scenario = load_scenario(args.scenario)
             schedule = build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
-        out = ensure_out_dir(out)
     except SpecraceError as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
@@ -107,7 +105,6 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
             reads = read_parquet(d / "reads.parquet", "reads table")
             timing = scenario_from_dict(meta["scenario"], "meta", str(d / "meta.json")).timing
             loaded.append((policy, timeline_from_trace(trace), reads, timing))
-        out = ensure_out_dir(out)
     except (SpecraceError, KeyError) as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":

@@ -1,3 +1,10 @@
-from specrace.cli import main
+import sys
 
-raise SystemExit(main())
+try:
+    from specrace.cli import main
+
+    code = main()
+except KeyboardInterrupt:
+    print("error: interrupted", file=sys.stderr)
+    code = 130
+raise SystemExit(code)

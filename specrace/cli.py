@@ -30,7 +30,14 @@ def gpu_name(cmd: str, sim_cmds: set[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C while the halves import
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: list[str]) -> int:
     sim_cmds = _sim_commands()
     gpu = {gpu_name(c, sim_cmds): c for c in _gpu_commands()}
     if args and args[0] in gpu:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import tomllib
 import types
 import typing
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from sim.errors import SpecraceError
 
 MambaCacheMode = Literal["none", "all", "align"]
+MAX_TOKENS = 10**7  # a request's prompt or output: beyond any model's context
 ArrivalKind = Literal["poisson", "scripted"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 
@@ -59,6 +61,9 @@ class EngineParams:
             )
         if self.kv_cache_capacity_tokens < 0:
             raise ValueError("engine.kv_cache_capacity_tokens must be >= 0")
+        _at_most("engine.max_num_seqs", self.max_num_seqs, 65_536, "rows of one batch")
+        _at_most("engine.max_num_batched_tokens", self.max_num_batched_tokens, 10**7,
+                 "tokens of one step")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class LengthParams:
     def check(self, name: str) -> None:
         if self.min < 1 or self.max < self.min:
             raise ValueError(f"{name}: need 1 <= min <= max")
+        _at_most(f"{name}.max", self.max, MAX_TOKENS, "tokens of one request")
         if self.mean <= 0 or self.sigma < 0:
             raise ValueError(f"{name}: need mean > 0 and sigma >= 0")
 
@@ -116,6 +122,9 @@ class WorkloadParams:
         if self.initial_requests < 0 or self.arrival_rate_per_step < 0:
             raise ValueError("workload.initial_requests and arrival_rate_per_step must be >= 0")
         _positive("workload.max_requests", self.max_requests)
+        _at_most("workload.initial_requests", self.initial_requests, 10**7, "requests")
+        _at_most("workload.arrival_rate_per_step", self.arrival_rate_per_step, 10**4,
+                 "requests per step")  # fmt: skip
         self.prompt_len.check("workload.prompt_len")
         self.output_len.check("workload.output_len")
         if len(self.acceptance_probs) < k:
@@ -136,6 +145,8 @@ class WorkloadParams:
             seen.add(r.req_id)
             if r.arrival_step < 0 or r.prompt_len < 1 or r.output_len < 1:
                 raise ValueError(f"workload.requests[{r.req_id}]: bad step or length")
+            if max(r.prompt_len, r.output_len) > MAX_TOKENS:
+                raise ValueError(f"workload.requests[{r.req_id}]: more than {MAX_TOKENS} tokens")
             if not 0 <= r.prefix_hit_tokens < r.prompt_len:
                 raise ValueError(
                     f"workload.requests[{r.req_id}]: prefix_hit_tokens must be < prompt_len"
@@ -311,9 +322,11 @@ def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
         if not isinstance(timing, dict):
             raise SpecraceError(f"{origin}: [timing] must be a table")
         known = {f.name for f in fields(TimingParams)}
-        for key in timing:
+        for key, value in timing.items():
             if key not in known:
                 raise SpecraceError(f"{origin}: unknown key timing.{key}{_near(key, known)}")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise SpecraceError(f"{origin}: timing.{key} must be a number, got {value!r}")
         out.update({f"timing.{k}": json.dumps(v) for k, v in timing.items()})
     return out
 
@@ -428,16 +441,29 @@ def _convert(hint: Any, value: Any, key: str, origin: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecraceError(f"{origin}: {key} must be an integer, got {value!r}")
+        if not -INT_LIMIT <= value <= INT_LIMIT:
+            raise SpecraceError(f"{origin}: {key} = {value} is out of range (|x| <= 10^13)")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SpecraceError(f"{origin}: {key} must be a number, got {value!r}")
-        return float(value)
+        if not math.isfinite(value) or abs(value) > INT_LIMIT:
+            raise SpecraceError(f"{origin}: {key} must be a finite number, got {value!r}")
+        return float(value) + 0.0  # -0.0 -> 0.0
     if hint is str:
         if not isinstance(value, str):
             raise SpecraceError(f"{origin}: {key} must be a string, got {value!r}")
         return value
     raise TypeError(f"no converter for {hint!r} ({key})")
+
+
+# The largest integer or number any parameter may take: 10^13 ns is ~2.8 hours of simulated time.
+INT_LIMIT = 10**13
+
+
+def _at_most(name: str, value: float, limit: float, why: str) -> None:
+    if value > limit:
+        raise ValueError(f"{name} = {value} is more than {limit:g} ({why})")
 
 
 def _positive(name: str, value: int) -> None:

@@ -127,3 +127,24 @@ def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> 
     bad = run_module("gpu_check", "replay", "--device", "cpu", "--sim-run", str(tmp_path),
                      "--out", str(tmp_path / "x"), timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "not a `python -m sim run` directory" in bad.stderr
+
+
+def test_replay_of_an_empty_batch_step_and_of_a_single_step(tmp_path: Path) -> None:
+    """An empty step (no requests yet) and a replay with nothing to score both finish."""
+    sched_dir = tmp_path / "s"
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "schedule", "--set", "workload.initial_requests=0",
+         "--steps", "30", "--out", str(sched_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for extra, name in ((["--schedule", str(sched_dir / "schedule.json")], "empty"),
+                        (["--steps", "1"], "one")):  # fmt: skip
+        out = tmp_path / name
+        r = subprocess.run(
+            [sys.executable, "-m", "gpu_check", "replay", "--device", "cpu", *extra,
+             "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert (out / "observed.parquet").is_file() and (out / "replay_summary.json").is_file()
