@@ -200,9 +200,7 @@ def cited_doc(cited: str, citing: Path) -> Path | None:
 
 
 def mention_exists(mention: str, citing: Path) -> bool:
-    return any(
-        (base / mention).is_file() for base in (citing.parent, ROOT, DOCS)
-    )
+    return any((base / mention).is_file() for base in (citing.parent, ROOT, DOCS))
 
 
 def _fmt(offenders: list[str], what: str, hint: str = "") -> str:
