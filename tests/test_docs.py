@@ -279,3 +279,44 @@ def test_no_citation_of_a_document_outside_the_repository() -> None:
     if offenders:
         msg = _fmt(offenders, "citations of documents outside the repository", hint)
         pytest.fail(msg, pytrace=False)
+
+
+def _timing_rows() -> dict[str, list[str]]:
+    """``key -> [default, measured, source]`` from the tables of docs/timing.md §7."""
+    text = (DOCS / "timing.md").read_text(encoding="utf-8")
+    sec = re.search(r"^## 7\. .*?(?=^## )", text, re.M | re.S)
+    assert sec, "docs/timing.md has no section 7"
+    rows = {}
+    for m in re.finditer(r"^\| `(\w+)` \|(.*)\|\s*$", sec.group(0), re.M):
+        rows[m.group(1)] = [c.strip() for c in m.group(2).split("|")]
+    return rows
+
+
+def _digits(cell: str) -> str:
+    return re.sub(r"[^\d.]", "", cell.split("(")[0].split(",")[0])
+
+
+def test_timing_doc_lists_every_timing_key_with_its_default_and_measurement() -> None:
+    import tomllib
+    from dataclasses import fields
+
+    from sim.model.params import TimingParams
+
+    rows = _timing_rows()
+    defaults = TimingParams()
+    offenders = []
+    for f in fields(TimingParams):
+        row = rows.get(f.name)
+        if row is None:
+            offenders.append(f"timing.{f.name}: no row in docs/timing.md §7")
+        elif float(_digits(row[0])) != float(getattr(defaults, f.name)):
+            offenders.append(f"timing.{f.name}: default {row[0]!r} != {getattr(defaults, f.name)}")
+    offenders += [f"timing.{k}: documented but not a TimingParams field" for k in
+                  set(rows) - {f.name for f in fields(TimingParams)}]  # fmt: skip
+    for toml in sorted((ROOT / "data" / "params").glob("*.toml")):
+        for key, value in tomllib.loads(toml.read_text()).get("timing", {}).items():
+            row = rows.get(key)
+            if row is not None and _digits(row[1]) != str(value):
+                offenders.append(f"timing.{key}: measured {row[1]!r} != {value} in {toml.name}")
+    if offenders:
+        pytest.fail(_fmt(offenders, "stale rows in docs/timing.md §7"), pytrace=False)
