@@ -313,7 +313,8 @@ def test_timing_doc_lists_every_timing_key_with_its_default_and_measurement() ->
             offenders.append(f"timing.{f.name}: default {row[0]!r} != {getattr(defaults, f.name)}")
     offenders += [f"timing.{k}: documented but not a TimingParams field" for k in
                   set(rows) - {f.name for f in fields(TimingParams)}]  # fmt: skip
-    for toml in sorted((ROOT / "data" / "params").glob("*.toml")):
+    timing_files = [*ROOT.glob("data/params/*.toml"), *ROOT.glob("sim/model/timing/*.toml")]
+    for toml in sorted(timing_files):
         for key, value in tomllib.loads(toml.read_text()).get("timing", {}).items():
             row = rows.get(key)
             if row is not None and _digits(row[1]) != str(value):
