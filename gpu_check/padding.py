@@ -1,4 +1,4 @@
-"""FULL-cudagraph padding of GDN spec metadata, before and after PR #45100 (vllm-mechanics §7).
+"""FULL-cudagraph padding of GDN spec metadata, before and after PR #45100 (docs/mechanism.md §7).
 
 Pure Python (no torch), so `python -m gpu_check padding` runs anywhere. `padding_graph.py` runs
 the same plan through a real CUDA graph.

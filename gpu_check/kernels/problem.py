@@ -3,7 +3,7 @@
 Every small tensor is drawn on the CPU from one `torch.Generator` seeded explicitly (no global
 RNG), then moved, so a seed gives the same inputs on every device. The state pool is drawn on its
 device from a generator with the same seed (deterministic per device, not across devices).
-The gate follows h200-measurements §5: A = exp(A_log) in [1, 16], dt_bias ~ N(0, 1),
+The gate follows docs/timing.md §5: A = exp(A_log) in [1, 16], dt_bias ~ N(0, 1),
 a ~ N(0, 1), beta = sigmoid(N(0, 1)).
 """
 
@@ -78,7 +78,7 @@ def make_spec_problem(
         acc = torch.randint(1, C + 1, (N,), generator=gen, dtype=torch.int32)
     else:
         acc = torch.tensor(counts, dtype=torch.int32)
-    # A = exp(A_log) uniform in [1, 16]; log-space keeps decays realistic (h200-measurements §5).
+    # A = exp(A_log) uniform in [1, 16]; log-space keeps decays realistic (docs/timing.md §5).
     A_log = torch.rand(HV, generator=gen) * math.log(16.0)
     # The pool is the one large tensor: drawn where it lives (its own seeded generator there).
     pool_gen = torch.Generator(device=device).manual_seed(seed)

@@ -31,7 +31,7 @@ LengthDist = Literal["fixed", "uniform", "lognormal"]
 
 @dataclass(frozen=True)
 class EngineParams:
-    """vLLM engine configuration that decides the schedule (vllm-mechanics.md §1, §2, §6)."""
+    """vLLM engine configuration that decides the schedule (docs/mechanism.md §1, §2, §6)."""
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 8192
@@ -159,7 +159,7 @@ class WorkloadParams:
 
 @dataclass(frozen=True)
 class TimingParams:
-    """Durations of every timed actor (vllm-mechanics.md §8, h200-measurements.md §6).
+    """Durations of every timed actor (docs/mechanism.md §8, docs/timing.md §6).
 
     Means are nanoseconds; every duration is drawn as mean * (1 + jitter) with a seeded
     uniform jitter in [-jitter_frac, +jitter_frac]. Defaults describe the "balanced"

@@ -183,7 +183,7 @@ class Schedule:
 def first_spec_rows(prev: StepRecord, cur: StepRecord) -> np.ndarray:
     """Rows of ``cur`` at their first speculative step: drafts now, none in ``prev``.
 
-    These are the rows the GPU correction kernel cannot repair (vllm-mechanics.md §2).
+    These are the rows the GPU correction kernel cannot repair (docs/mechanism.md §2).
     """
     pp = cur.prev_positions
     had = np.zeros(len(pp), dtype=bool)
