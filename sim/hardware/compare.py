@@ -15,31 +15,20 @@ import pandas as pd
 from sim.errors import SpecraceError
 from sim.runs.io import read_parquet
 
-REQUIRED = (
-    "policy",
-    "step",
-    "req_id",
-    "true_count",
-    "cpu_observed",
-    "cpu_predicted",
-    "agree",
-    "gpu_consumed",
-    "gpu_wrong",
-    "land_pos",
-    "n_ops",
-    "reads_buffer",
-)
+# The columns compare needs, with the kind of values each must hold.
+REQUIRED = {
+    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
+    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
+    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
+    "reads_buffer": "bool",
+}  # fmt: skip
 
 
 def read_observed(path: Path) -> pd.DataFrame:
     """A replay table: a directory holding ``observed.parquet``, or the file itself."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    df = read_parquet(path, "replay table (python -m gpu_check replay writes it)")
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise SpecraceError(f"{path}: not a replay table (missing {', '.join(missing)})")
-    return df
+    return read_parquet(path, "replay table (python -m gpu_check replay writes it)", REQUIRED)
 
 
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:

@@ -103,15 +103,41 @@ def ensure_out_dir(out: Path) -> Path:
     return out
 
 
-def read_parquet(path: Path, what: str):
-    """A Parquet table, or one clear error if it is missing, truncated or not Parquet."""
+def read_parquet(path: Path, what: str, schema: dict[str, str] | None = None):
+    """A Parquet table, or one clear error if it is missing, truncated, not Parquet, or (with
+    ``schema``: column -> int | bool | string | float) not the table the command expects."""
     import pandas as pd
 
     if not path.is_file():
         raise SpecraceError(f"{what} not found: {path}")
     try:
-        return pd.read_parquet(path)
+        df = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a damaged file
         raise SpecraceError(
             f"{what} {path} is unreadable or truncated ({type(e).__name__})"
         ) from None
+    if schema:
+        check_schema(df, schema, f"{path}: not a {what}")
+    return df
+
+
+_KINDS = {"int": "is_integer_dtype", "bool": "is_bool_dtype", "float": "is_numeric_dtype"}
+
+
+def check_schema(df, schema: dict[str, str], prefix: str) -> None:
+    """Every column of ``schema`` present with the right kind of values."""
+    from pandas.api import types
+
+    missing = [c for c in schema if c not in df.columns]
+    if missing:
+        raise SpecraceError(f"{prefix} (missing columns {', '.join(missing)})")
+    for col, kind in schema.items():
+        dtype = df[col].dtype
+        if kind == "string":
+            ok = types.is_string_dtype(dtype) or types.is_object_dtype(dtype)
+        else:
+            ok = getattr(types, _KINDS[kind])(dtype)
+        if kind == "int" and types.is_bool_dtype(dtype):
+            ok = False
+        if not ok:
+            raise SpecraceError(f"{prefix} (column {col} is {dtype}, expected {kind})")
