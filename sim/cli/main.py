@@ -242,6 +242,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(prediction_agreement(observed).to_string(index=False))
     if args.req_id:
         print(by_landing(observed, args.req_id, args.step).to_string(index=False))
+    from sim.hardware.compare import landing_timing
+
+    timing = landing_timing(observed)
+    if not timing.empty:
+        print(timing.to_string(index=False))
     return 0
 
 

@@ -118,3 +118,33 @@ def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
     return (
         one.groupby(["policy", "land_pos", "gpu_consumed"]).size().rename("replays").reset_index()
     )
+
+
+def landing_timing(observed: pd.DataFrame) -> pd.DataFrame:
+    """How far the hardware's landing and row-op stores were from where the replay put them.
+
+    One row per policy, over steps whose landing the replay aimed (a policy that waits before
+    the moves has none) and saw: landing error = first sighting of the tag - aimed time
+    (median, p95, max of |error|, in µs), the sighting's own uncertainty (the gap to the poll
+    before it), and the op-placement error (|store time - scheduled time|, the step's worst op).
+    Replays without these columns (recorded before they existed) give an empty table.
+    """
+    cols = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns")
+    if not all(c in observed.columns for c in cols):
+        return pd.DataFrame()
+    steps = observed.drop_duplicates(["policy", "step", "land_predicted_ns", "land_seen_ns"])
+    aimed = steps[(steps["land_predicted_ns"] >= 0) & (steps["land_seen_ns"] >= 0)]
+    err = (aimed["land_seen_ns"] - aimed["land_predicted_ns"]).abs() / 1000
+    g = aimed.assign(
+        err_us=err, op_us=aimed["op_err_max_ns"] / 1000, bracket_us=aimed["land_bracket_ns"] / 1000
+    ).groupby("policy", sort=True)
+    out = pd.DataFrame({
+        "steps": g.size(),
+        "land_err_p50_us": g["err_us"].median(),
+        "land_err_p95_us": g["err_us"].quantile(0.95),
+        "land_err_max_us": g["err_us"].max(),
+        "bracket_p95_us": g["bracket_us"].quantile(0.95),
+        "op_err_p95_us": g["op_us"].quantile(0.95),
+        "op_err_max_us": g["op_us"].max(),
+    })  # fmt: skip
+    return out.round(2).reset_index()
