@@ -5,26 +5,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test conformance calibrate-row-ops lint format golden bench clean
+BASE_STAMP := $(VENV)/.base-stamp
 
-bench: $(STAMP)
+.PHONY: demo test test-slow conformance calibrate-row-ops lint format golden bench clean
+
+bench: $(BASE_STAMP)
 	$(BIN)/python -m sim bench
 
-$(STAMP): pyproject.toml
+# The simulator alone (simpy, numpy, pandas, pyarrow, matplotlib): what `make demo` needs.
+$(BASE_STAMP): pyproject.toml setup.py
+	@echo "make: creating $(VENV) and installing specrace (simulator only, about 1 minute)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+# Everything the tests need: the test tools and the GPU half's CPU builds (torch, triton, fla).
+$(STAMP): $(BASE_STAMP)
+	@echo "make: installing the test extras (pytest, hypothesis, ruff, CPU torch/triton/fla; a few minutes once)"
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-demo: $(STAMP)
-	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo
+demo: $(BASE_STAMP)
+	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force
 
-# The main suite, then the conformance suite against vLLM's real InputBatch in its own env.
+# The main suite (long property sweeps bounded: `make test-slow` runs them in full), then the
+# conformance suite against vLLM's real InputBatch in its own env.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
 	$(MAKE) conformance
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 conformance:
 	bash tests/conformance/setup.sh
@@ -45,7 +59,7 @@ format: $(STAMP)
 
 # Regenerate the golden files on purpose (tests compare against them).
 golden: $(STAMP)
-	$(BIN)/python -m sim schedule --scenario minimal-race --seed 0 --out out/golden
+	$(BIN)/python -m sim schedule --scenario minimal-race --seed 0 --out out/golden --force
 	cp out/golden/schedule.json data/golden/minimal-race.schedule.json
 
 clean:

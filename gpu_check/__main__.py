@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
 from gpu_check.tables import format_table
@@ -20,7 +21,7 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print the usage block too
+    def error(self, message: str) -> NoReturn:  # argparse would print the usage block too
         raise UsageError(message)
 
 
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     y = sub.add_parser("replay", help="replay a schedule's row ops against a real D2H copy")
     y.add_argument("--scenario", default="minimal-race", help="built-in name or TOML path")
     y.add_argument("--policy", default="all", help="comma list of policies, or all")
-    y.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
+    y.add_argument("--steps", type=_positive, default=0, help="engine steps (default: scenario's)")
     y.add_argument("--schedule", default="", help="replay this schedule.json (from sim)")
     y.add_argument(
         "--sim-run",
@@ -81,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="cpu: scripted landings, no hardware (tests the replay itself)",
     )
     y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
-    y.add_argument("--out", required=True)
+    y.add_argument("--out", required=True, help="a new or empty directory")
+    y.add_argument("--force", action="store_true", help="replace a non-empty --out")
 
     c = sub.add_parser("calibrate", help="measure the model's GPU timing parameters (CUDA)")
     c.add_argument("--out", default="data/params", help="directory for NAME.toml and NAME.csv")
@@ -228,11 +230,24 @@ def cmd_bench(args: argparse.Namespace) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> str:
+    """Writes into a temporary directory beside --out, renamed into place only on success."""
     from pathlib import Path
 
     from gpu_check.replay_cli import run_replay_command
+    from sim.errors import SpecraceError
+    from sim.model.policies import get_policy
+    from sim.runs.io import fresh_output_dir
 
-    return run_replay_command(args, Path(args.out), _need_cuda, UsageError)
+    out = Path(args.out)
+    try:
+        if args.policy != "all":  # bad input is named before any output is touched
+            for name in args.policy.split(","):
+                get_policy(name)
+        with fresh_output_dir(out, args.force) as tmp:
+            message = run_replay_command(args, tmp, _need_cuda, UsageError)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+    return message.replace(str(tmp), str(out))
 
 
 def cmd_calibrate(args: argparse.Namespace) -> str:
@@ -316,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gpu_check: error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 

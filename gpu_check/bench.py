@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
+from typing import Any
 
 import torch
 import triton
@@ -139,7 +140,7 @@ def _bench_case(
     cu64 = prob.cu_seqlens.long()
     args = prob.kernel_args() | {"cu_seqlens": cu64}
     g_k, beta = kda_gate_inputs(prob.a, prob.b, prob.A_log, prob.dt_bias, QWEN35_DIMS["K"])
-    fla_kw = {
+    fla_kw: dict[str, Any] = {
         "q": prob.q, "k": prob.k, "v": prob.v, "g_k": g_k, "beta": beta, "cu_seqlens": cu64,
         "ssm_state_indices": prob.ssm_state_indices,
         "num_accepted_tokens": prob.num_accepted_tokens,
@@ -190,7 +191,7 @@ def run_bench(
     if not torch.cuda.is_available():
         raise RuntimeError("the benchmark needs a CUDA device")
     bw = copy_bandwidth()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for pool_dtype in pool_dtypes:
         for N in ns:
             rows += _bench_case(N, k, pool_dtype, bw, seed + N, _variants(sweep))

@@ -1,7 +1,7 @@
 """``python -m gpu_check calibrate``: measure on this GPU the timing parameters the model
 takes from hardware, and write them as a ``[timing]`` file for ``python -m sim run --timing``.
 
-Measured (h200-measurements.md §3 methods, on the default stream as vLLM's count copy is):
+Measured (docs/timing.md §3 methods, on the default stream as vLLM's count copy is):
 
 - ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a ~2 ms kernel becomes
   visible in pinned memory this long after the kernel ends: (visible - issue start) - kernel

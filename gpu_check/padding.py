@@ -1,4 +1,4 @@
-"""FULL-cudagraph padding of GDN spec metadata, before and after PR #45100 (vllm-mechanics §7).
+"""FULL-cudagraph padding of GDN spec metadata, before and after PR #45100 (docs/mechanism.md §7).
 
 Pure Python (no torch), so `python -m gpu_check padding` runs anywhere. `padding_graph.py` runs
 the same plan through a real CUDA graph.
@@ -83,9 +83,9 @@ def plan_padding(
         raise ValueError(f"max-num-batched-tokens={max_num_batched_tokens} < 1+k={q}")
     sizes = capture_sizes(max_num_seqs, num_spec, max_num_batched_tokens)
     num_tokens = num_reqs * q
-    padded = next((s for s in sizes if s >= num_tokens), None)
-    full = padded is not None and q <= padded <= q * max_num_seqs
-    padded = padded if full else num_tokens
+    fit = next((s for s in sizes if s >= num_tokens), None)
+    full = fit is not None and q <= fit <= q * max_num_seqs
+    padded = fit if fit is not None and full else num_tokens
     return PaddingPlan(
         num_reqs=num_reqs,
         num_spec=num_spec,

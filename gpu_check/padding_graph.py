@@ -10,6 +10,8 @@ untouched, and its replay time shows what the fake rows cost.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gpu_check.kernels.gdn_spec import default_config, spec_gdn_update
@@ -51,7 +53,7 @@ def _check_rule(plan, rule, prob, eager_out, eager_pool, replays) -> dict:
     qsl.copy_(torch.tensor(meta.spec_query_start_loc, dtype=torch.int32))
 
     T_pad, T_real = plan.num_tokens_padded, plan.num_tokens
-    static = {
+    static: dict[str, Any] = {
         name: _pad_tokens(getattr(prob, name), T_pad, dim=1 if name in ("q", "k", "v") else 0)
         for name in ("q", "k", "v", "a", "b")
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -118,7 +119,7 @@ def _to(d: dict, device: str, dtype: torch.dtype) -> dict:
 def _run_impl(impl: str, inputs: dict, pool: torch.Tensor, indices, counts) -> torch.Tensor:
     """One recurrent call with `impl`; pool is updated in place. Returns float64 outputs."""
     HV = inputs["v"].shape[2]
-    gate = {
+    gate: dict[str, Any] = {
         "A_log": torch.zeros(HV, device=pool.device),
         "dt_bias": torch.zeros(HV, device=pool.device),
     }

@@ -78,6 +78,7 @@ class ScriptedCounts:
             self._land()
 
     def _land(self) -> None:
+        assert self._counts is not None, "land() before launch()"
         dst = self.private if self._private else self.buf
         dst[: len(self._counts)] = self._counts
         self._landed = True
@@ -137,6 +138,18 @@ class CudaCounts:
         self.event.synchronize()
 
 
+# observed.parquet: one row per replayed read (data/replay/README.md defines each column).
+OBSERVED_COLUMNS = [
+    "policy", "step", "req_id", "row", "prev_row", "prev_drafts", "true_count",
+    "cpu_observed", "cpu_predicted", "agree", "gpu_consumed", "reads_buffer", "gpu_wrong",
+    "land_pos", "land_during_op", "n_ops",
+    # The step's timing, on the host clock after the launch returned (t0): the landing the
+    # spin aimed at, the first sighting of the tag and the gap to the poll before it, and how
+    # far the row ops' stores were from their scheduled times.
+    "land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns", "op_err_p50_ns",
+]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ReplayConfig:
     timing: TimingParams
@@ -166,14 +179,36 @@ def prior_buffer(schedule: Schedule, n: int) -> np.ndarray:
     prev = schedule.steps[n - 1]
     if n >= 2:
         pp = prev.prev_positions
-        vals = np.where(pp >= 0, schedule.steps[n - 2].accepted[np.maximum(pp, 0)], 1)
-        buf[: prev.num_reqs] = vals
+        ok = pp >= 0
+        buf[: prev.num_reqs][ok] = schedule.steps[n - 2].accepted[pp[ok]]
     return buf
 
 
-def _busy_wait_until(t_ns: int) -> None:
-    while time.perf_counter_ns() < t_ns:
-        pass
+class LandingClock:
+    """When the host first saw the landing tag, and how sharp that sighting is.
+
+    Polls the tag while the host waits for the next op, so the first sighting is bracketed by
+    two polls a fraction of a microsecond apart (``bracket_ns``) instead of by two ops.
+    """
+
+    def __init__(self, device: CountsDevice, t0: int) -> None:
+        self.device, self.t0 = device, t0
+        self.seen_ns = -1  # first sighting, ns after t0
+        self.bracket_ns = -1  # gap to the poll before it
+        self._last = t0
+
+    def poll(self, op_index: int) -> bool:
+        now = time.perf_counter_ns()
+        landed = self.device.poll(op_index)
+        if landed and self.seen_ns < 0:
+            self.seen_ns, self.bracket_ns = now - self.t0, now - self._last
+        self._last = now
+        return landed
+
+    def wait_until(self, t_ns: int, op_index: int) -> None:
+        while time.perf_counter_ns() < t_ns:
+            if self.seen_ns < 0:
+                self.poll(op_index)
 
 
 def _read(policy: Policy, buf: np.ndarray, private: np.ndarray, cur: StepRecord) -> np.ndarray:
@@ -243,24 +278,35 @@ def replay(
         if policy.waits_before_moves:
             device.synchronize()
         t0 = time.perf_counter_ns()
+        clock = LandingClock(device, t0)
+        op_err = np.zeros(len(cur.ops), dtype=np.int64)  # actual store time - scheduled
         land, during = -1, False  # during: the tag turned visible inside an op or the read
         for i, op in enumerate(cur.ops):
-            _busy_wait_until(t0 + int(offsets[i]))
-            if land < 0 and device.poll(i):
+            clock.wait_until(t0 + int(offsets[i]), i)
+            if land < 0 and clock.poll(i):
                 land = i
+            op_err[i] = time.perf_counter_ns() - t0 - int(offsets[i])
             apply_op(device.buf, op, i, None)
-            if land < 0 and device.poll(i):
+            if land < 0 and clock.poll(i):
                 land, during = i, True
-        _busy_wait_until(t0 + read_ns)
+        clock.wait_until(t0 + read_ns, len(cur.ops))
         if policy.waits_before_read:
             device.synchronize()
-        if land < 0 and device.poll(len(cur.ops)):
+        if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
         observed = _read(policy, device.buf, device.private, cur)
-        if land < 0 and device.poll(len(cur.ops)):
+        if land < 0 and clock.poll(len(cur.ops)):
             land, during = len(cur.ops), True
-        rows.extend(_verdicts(schedule, n, policy, prior, land, observed, during))
-    return pd.DataFrame(rows)
+        timing = {
+            "land_predicted_ns": target if not policy.waits_before_moves else -1,
+            "land_seen_ns": clock.seen_ns,
+            "land_bracket_ns": clock.bracket_ns,
+            "op_err_max_ns": int(np.abs(op_err).max()) if len(op_err) else 0,
+            "op_err_p50_ns": int(np.median(np.abs(op_err))) if len(op_err) else 0,
+        }
+        for v in _verdicts(schedule, n, policy, prior, land, observed, during):
+            rows.append(v | timing)
+    return pd.DataFrame(rows, columns=OBSERVED_COLUMNS)
 
 
 def _verdicts(

@@ -10,14 +10,13 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.environment import environment
-from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
+from gpu_check.replay import CountsDevice, CudaCounts, ReplayConfig, ScriptedCounts, replay
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
 from sim.model.policies import POLICIES, get_policy
 from sim.model.schedule import read_schedule
 from sim.model.scheduling import build_schedule
-from sim.runs.io import ensure_out_dir
 from sim.runs.run import write_parquet
 
 
@@ -33,7 +32,6 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
         else:
             scenario = load_scenario(args.scenario)
             schedule = build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
-        out = ensure_out_dir(out)
     except SpecraceError as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
@@ -44,8 +42,9 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
     frames, env = [], environment(args.device)
     for policy in policies:
         if args.device == "cuda":
-            device = CudaCounts(schedule.max_num_reqs)
-            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(device))
+            cuda = CudaCounts(schedule.max_num_reqs)
+            device: CountsDevice = cuda
+            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
         else:
             rng = np.random.default_rng([args.seed, 7])
@@ -106,7 +105,6 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
             reads = read_parquet(d / "reads.parquet", "reads table")
             timing = scenario_from_dict(meta["scenario"], "meta", str(d / "meta.json")).timing
             loaded.append((policy, timeline_from_trace(trace), reads, timing))
-        out = ensure_out_dir(out)
     except (SpecraceError, KeyError) as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
@@ -115,8 +113,9 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
     for policy, timeline, reads, timing in loaded:
         steps = sorted(timeline)
         if args.device == "cuda":
-            device = CudaCounts(schedule.max_num_reqs)
-            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(device))
+            cuda = CudaCounts(schedule.max_num_reqs)
+            device: CountsDevice = cuda
+            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
         else:  # land exactly where the model said: the replay must then agree everywhere
             cfg = ReplayConfig(timing, seed=args.seed)

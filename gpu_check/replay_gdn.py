@@ -3,10 +3,12 @@ with the true count on the same inputs, and measure how far the outputs are apar
 
 Per step, the GDN batch is the replayed rows that are speculative now (drafts > 0). Rows at
 their first speculative step get speculative slots 1..k zeroed, as v0.24.0 zeroes fresh
-blocks (vllm-mechanics.md §5.4); slot 0 holds the prompt's state.
+blocks (docs/mechanism.md §5.4); slot 0 holds the prompt's state.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +22,7 @@ def add_gdn_columns(
     reads: pd.DataFrame,
     schedule: Schedule,
     device: str,
-    dims: dict[str, int] | None = None,
+    dims: dict[str, Any] | None = None,
     impl: str = "triton",
 ) -> pd.DataFrame:
     """Adds ``gdn_rel_err`` (consumed vs true count) and ``gdn_diverged`` for spec rows."""
@@ -52,7 +54,7 @@ def add_gdn_columns(
             for i in range(len(g))
         ]
         out.loc[g.index, "gdn_rel_err"] = errs
-    # Same inputs, same kernel: a right count gives bitwise the same output (h200-measurements
+    # Same inputs, same kernel: a right count gives bitwise the same output (docs/timing.md
     # §5.3), so any difference is a divergence (at Qwen3.5 sizes a wrong count gives >= 1.03).
     out["gdn_diverged"] = out["gdn_rel_err"] > 0
     return out

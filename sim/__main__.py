@@ -1,5 +1,12 @@
 """``python -m sim``: the command line. See ``python -m sim --help``."""
 
-from sim.cli.main import main
+import sys
 
-raise SystemExit(main())
+try:
+    from sim.cli.main import main
+
+    code = main()
+except KeyboardInterrupt:  # Ctrl-C while importing: one line, no traceback
+    print("error: interrupted", file=sys.stderr)
+    code = 130
+raise SystemExit(code)

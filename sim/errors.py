@@ -7,3 +7,9 @@ class SpecraceError(Exception):
     The CLI prints ``error: <message>`` and exits non-zero; it never shows a traceback
     for this type.
     """
+
+
+def one_line(message: object) -> str:
+    """The message on one printable line: control characters a user typed (or a file held) are
+    shown escaped, so an error can never spill over several lines."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))

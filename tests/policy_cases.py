@@ -3,7 +3,7 @@
 Each case is one step N+1: the buffer B as step N's read left it, step N's true counts (the
 DMA), step N+1's row operations and ``prev_positions``, and per policy and landing position the
 value the CPU builds and the value the GDN kernel consumes for the request under test. The
-expected values are worked out by hand from vllm-mechanics.md §2 and §9 (comments), not by
+expected values are worked out by hand from docs/mechanism.md §2 and §9 (comments), not by
 running the code under test.
 
 Landing positions: ``0..len(ops)`` = the DMA lands right before ``ops[pos]`` (``len(ops)``:

@@ -1,4 +1,4 @@
-"""Ordered-log tests of stream and event semantics (STYLE.md: SimPy's own test style)."""
+"""Ordered-log tests of stream and event semantics (as SimPy tests itself)."""
 
 from __future__ import annotations
 

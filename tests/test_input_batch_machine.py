@@ -1,4 +1,4 @@
-"""The row model driven side by side with a plain dict model (STYLE.md: Hypothesis)."""
+"""The row model driven side by side with a plain dict model."""
 
 from __future__ import annotations
 

@@ -60,11 +60,12 @@ def test_measured_timing_table() -> None:
         "--policy",
         "all",
         "--timing",
-        "data/params/h200.toml",
+        "h200",
         "--timing",
-        "data/params/vllm-0.24.0-row-ops.toml",
+        "vllm-0.24.0-row-ops",
         "--out",
         str(ROOT / "out" / "readme-measured"),
+        "--force",
         "--no-trace",
     )
     table = "\n".join(out.strip().splitlines()[-7:])
@@ -74,8 +75,8 @@ def test_measured_timing_table() -> None:
 def test_measured_timing_prose_matches_the_params_files() -> None:
     import tomllib
 
-    h200 = tomllib.loads((ROOT / "data/params/h200.toml").read_text())["timing"]
-    rows = tomllib.loads((ROOT / "data/params/vllm-0.24.0-row-ops.toml").read_text())["timing"]
+    h200 = tomllib.loads((ROOT / "sim/model/timing/h200.toml").read_text())["timing"]
+    rows = tomllib.loads((ROOT / "sim/model/timing/vllm-0.24.0-row-ops.toml").read_text())["timing"]
     for text in (f"D2H landing {h200['dma_land_delay_ns'] / 1000:.0f} µs",
                  f"event sync {h200['worker_event_sync_ns'] / 1000:.1f} µs",
                  f"add {rows['worker_add_ns'] / 1000:.0f} µs",

@@ -1,4 +1,4 @@
-"""fla-core 0.6.0 as the independent upstream cross-check (gdn-kernels.md §2).
+"""fla-core 0.6.0 as the independent upstream cross-check (docs/gdn.md §2).
 
 * `fla_plain_gdn`: `fused_recurrent_gated_delta_rule`, the non-speculative path, with its fused
   Qwen3-Next gate. Called with keywords only: its positional order is q, k, v, g, gk, gv, beta.

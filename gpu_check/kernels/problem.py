@@ -3,7 +3,7 @@
 Every small tensor is drawn on the CPU from one `torch.Generator` seeded explicitly (no global
 RNG), then moved, so a seed gives the same inputs on every device. The state pool is drawn on its
 device from a generator with the same seed (deterministic per device, not across devices).
-The gate follows h200-measurements §5: A = exp(A_log) in [1, 16], dt_bias ~ N(0, 1),
+The gate follows docs/timing.md §5: A = exp(A_log) in [1, 16], dt_bias ~ N(0, 1),
 a ~ N(0, 1), beta = sigmoid(N(0, 1)).
 """
 
@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from itertools import accumulate
+from typing import Any
 
 import torch
 
-QWEN35_DIMS = {"H": 16, "HV": 32, "K": 128, "V": 128}
+QWEN35_DIMS: dict[str, Any] = {"H": 16, "HV": 32, "K": 128, "V": 128}
 
 __all__ = ["QWEN35_DIMS", "SpecProblem", "make_spec_problem", "rel_err"]
 
@@ -36,7 +37,7 @@ class SpecProblem:
     ssm_state_indices: torch.Tensor
     num_accepted_tokens: torch.Tensor
 
-    def kernel_args(self) -> dict[str, torch.Tensor]:
+    def kernel_args(self) -> dict[str, Any]:
         """Keyword arguments for `spec_gdn_update` / `spec_gdn_reference`."""
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
@@ -77,7 +78,7 @@ def make_spec_problem(
         acc = torch.randint(1, C + 1, (N,), generator=gen, dtype=torch.int32)
     else:
         acc = torch.tensor(counts, dtype=torch.int32)
-    # A = exp(A_log) uniform in [1, 16]; log-space keeps decays realistic (h200-measurements §5).
+    # A = exp(A_log) uniform in [1, 16]; log-space keeps decays realistic (docs/timing.md §5).
     A_log = torch.rand(HV, generator=gen) * math.log(16.0)
     # The pool is the one large tensor: drawn where it lives (its own seeded generator there).
     pool_gen = torch.Generator(device=device).manual_seed(seed)

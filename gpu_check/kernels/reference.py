@@ -1,7 +1,7 @@
 """Float64 PyTorch reference of vLLM v0.24.0's GDN speculative-decoding kernels.
 
 Ground truth for `gdn_spec.py` (our Triton kernel) and for fla-core's KDA spec path. It mirrors
-vllm-mechanics.md §5.3; the recurrence itself is gdn-kernels.md §3 written V-first.
+docs/mechanism.md §5.3; the recurrence itself is docs/gdn.md §3 written V-first.
 
 Recurrent part (`fused_sigmoid_gating_delta_rule_update`):
 

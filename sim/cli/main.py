@@ -6,10 +6,11 @@ Every :class:`SpecraceError` becomes one ``error: ...`` line on stderr and exit 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
     Scenario,
@@ -20,7 +21,7 @@ from sim.model.params import (
 )
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
-from sim.runs.io import atomic_write_text, ensure_out_dir
+from sim.runs.io import atomic_write_text, fresh_output_dir
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -46,10 +47,12 @@ def print_parameters(scenario: Scenario, seed: int) -> None:
 def cmd_schedule(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, _overrides(args.set))
     steps = args.steps or scenario.default_steps
-    print_parameters(scenario, args.seed)
-    sched = build_schedule(scenario, args.seed, steps)
-    out = ensure_out_dir(Path(args.out))
-    atomic_write_text(out / "schedule.json", schedule_mod.dumps(sched))
+    guard_resources(scenario, steps)
+    out = Path(args.out)
+    with fresh_output_dir(out, args.force) as tmp:
+        print_parameters(scenario, args.seed)
+        sched = build_schedule(scenario, args.seed, steps)
+        atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
     s = sched.summary()
     print(
         f"steps={s['steps']} requests_arrived={s['requests_arrived']} "
@@ -62,13 +65,34 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+# Measured: a run holds ~40 KB per step of qwen35-mtp3 (64 rows) in memory, ~650 B per row-step.
+BYTES_PER_ROW_STEP = 650
+
+
+def guard_resources(scenario: Scenario, steps: int) -> None:
+    """Refuse up front a run that would need more memory than this machine has."""
+    need = steps * scenario.engine.max_num_seqs * BYTES_PER_ROW_STEP
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > 0.8 * have:
+        raise SpecraceError(
+            f"--steps {steps:,} x {scenario.engine.max_num_seqs} rows needs about "
+            f"{need / 2**30:.1f} GiB of memory, more than the {have / 2**30:.1f} GiB available; "
+            "run fewer steps (or several seeds)"
+        )
+
+
 def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
     """From ``--schedule PATH`` (its own scenario and seed; ``--set`` may change timing only)
     or from ``--scenario/--seed/--steps``."""
     overrides = _overrides(args.set)
     if not args.schedule:
         scenario = load_scenario(args.scenario, overrides, tuple(args.timing))
-        return scenario, build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
+        steps = args.steps or scenario.default_steps
+        guard_resources(scenario, steps)
+        return scenario, build_schedule(scenario, args.seed, steps)
     sched = schedule_mod.read_schedule(Path(args.schedule))
     if args.timing:
         overrides = {**timing_file_overrides(args.timing), **overrides}
@@ -87,23 +111,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sim.runs.run import run_policy, write_run
 
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
+    out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
     steps = len(sched.steps)
-    print_parameters(scenario, sched.seed)
-    print(f"policy={args.policy} steps={steps}")
-    out = ensure_out_dir(Path(args.out))
-    if len(names) > 1:
-        atomic_write_text(out / "schedule.json", schedule_mod.dumps(sched))
-    summaries = []
-    for name in names:
-        result = run_policy(sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace)
-        target = out / name if len(names) > 1 else out
-        write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
-        summaries.append(result.summary)
-    if len(names) > 1:
-        from sim.runs.io import write_json
+    with fresh_output_dir(out, args.force) as tmp:
+        print_parameters(scenario, sched.seed)
+        print(f"policy={args.policy} steps={steps}")
+        if len(names) > 1:
+            atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
+        summaries = []
+        for name in names:
+            result = run_policy(
+                sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace
+            )
+            target = tmp / name if len(names) > 1 else tmp
+            write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
+            summaries.append(result.summary)
+        if len(names) > 1:
+            from sim.runs.io import write_json
 
-        write_json(out / "comparison.json", summaries)
+            write_json(tmp / "comparison.json", summaries)
     print_table(summaries)
     if not scenario.engine.async_scheduling:
         print("note: async scheduling is off: every policy takes vLLM's synchronous path")
@@ -149,7 +176,7 @@ def print_table(summaries: list[dict]) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from sim.explore.bench import main as bench_main
 
-    return bench_main(args.steps or 2000)
+    return bench_main(args.steps)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -215,6 +242,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(prediction_agreement(observed).to_string(index=False))
     if args.req_id:
         print(by_landing(observed, args.req_id, args.step).to_string(index=False))
+    from sim.hardware.compare import landing_timing
+
+    timing = landing_timing(observed)
+    if not timing.empty:
+        print(timing.to_string(index=False))
     return 0
 
 
@@ -222,45 +254,159 @@ def cmd_compare(args: argparse.Namespace) -> int:
 # and sets ``func``.
 PLUGINS: tuple = ()
 
+EXAMPLES = {
+    "schedule": "python -m sim schedule --scenario minimal-race --out out/sched",
+    "run": "python -m sim run --scenario qwen35-mtp3 --policy all --steps 2000 --out out/demo",
+    "sweep": "python -m sim sweep --vary timing.gpu_forward_ns_base=4e6,5e6,6e6 --out out/sw",
+    "plot": "python -m sim plot out/sw --x set.timing.gpu_forward_ns_base",
+    "perfetto": "python -m sim perfetto out/run",
+    "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
+    "bench": "python -m sim bench --steps 2000",
+    "params": "python -m sim params --scenario minimal-race",
+}
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (where it has one); keeps the example's line as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default in (None, "", [], False, argparse.SUPPRESS):
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            text += " (default: %(default)s)"
+        return text
+
+
+def steps_arg(text: str) -> int:
+    """``--steps``: a positive number of engine steps."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_STEPS:,}, got {value}")
+    return value
+
+
+def seed_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be in 0..2^63-1, got {value}")
+    return value
+
+
+MAX_STEPS = 10_000_000
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    import json
+
+    from sim.model.param_docs import DOCS
+    from sim.model.params import parameter_keys
+
+    scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
+    rows = []
+    for key in parameter_keys():
+        section, name = key.split(".")
+        default = scenario[section][name] if scenario else parameter_defaults_cached()[key]
+        doc = DOCS[key]
+        rows.append({"key": key, "unit": doc.unit, "value": _show(default),
+                     "meaning": doc.meaning, "source": doc.source})  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    label = f"value in {args.scenario}" if args.scenario else "default"
+    w = max(len(r["key"]) for r in rows)
+    print(f"{'key':<{w}}  {'unit':<16} {label:<14} meaning [source]")
+    for r in rows:
+        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<14} {r['meaning']} [{r['source']}]")
+    return 0
+
+
+def parameter_defaults_cached() -> dict:
+    from sim.model.params import parameter_defaults
+
+    return parameter_defaults()
+
+
+def _show(value) -> str:
+    if isinstance(value, dict):  # a length distribution
+        return f"{value.get('dist')}:{value.get('mean')}"
+    if hasattr(value, "dist"):
+        return f"{value.dist}:{value.mean}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(str(v) for v in value) + "]" if len(value) < 6 else f"<{len(value)}>"
+    return str(value)
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # one line, not the usage block (--help has it)
+        print(f"{self.prog}: error: {one_line(message)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def out_arg(text: str) -> str:
+    """``--out``: a directory name (an empty one would mean the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a directory")
+    return text
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from sim.version import version_line
+
+    p = _Parser(
         prog="python -m sim",
         description="Predict when vLLM async spec decoding reads a wrong accepted count.",
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=version_line())
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     s = sub.add_parser("schedule", help="write the timing-free schedule.json")
     s.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
-    s.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", required=True)
-    s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    s.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
+    s.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
+    s.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
+    s.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a parameter (python -m sim params lists them)")  # fmt: skip
     s.set_defaults(func=cmd_schedule)
     r = sub.add_parser("run", help="simulate a scenario under one policy or all")
     r.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
     r.add_argument("--policy", default="all", help=f"{', '.join(POLICIES)} or all")
-    r.add_argument("--steps", type=int, default=0, help="engine steps (default: scenario's)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--out", required=True)
-    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
+    r.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
+    r.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
+    r.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a parameter (python -m sim params lists them)")  # fmt: skip
     r.add_argument("--schedule", default="", help="simulate this schedule.json instead")
     r.add_argument(
         "--timing",
         action="append",
         default=[],
         metavar="FILE",
-        help="a [timing] TOML (e.g. data/params/*.toml), applied before --set",
+        help="a [timing] TOML, path or built-in name (h200, vllm-0.24.0-row-ops), "
+        "applied before --set",
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.set_defaults(func=cmd_run)
     w = sub.add_parser("sweep", help="many runs over a grid or a swarm; resumable")
-    w.add_argument("--scenario", default="qwen35-mtp3")
+    w.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
     w.add_argument("--policy", default="all", help="comma-separated policies or all")
     w.add_argument("--vary", action="append", default=[], metavar="SECTION.KEY=V1,V2,...")
     w.add_argument("--swarm", type=int, default=0, help="N swarm-drawn timing sets")
-    w.add_argument("--seeds", type=int, default=1)
-    w.add_argument("--steps", type=int, default=1000)
+    w.add_argument("--seeds", type=int, default=1, help="seeds per point")
+    w.add_argument("--steps", type=steps_arg, default=1000, help="engine steps per run")
     w.add_argument("--out", required=True)
     w.set_defaults(func=cmd_sweep)
     pl = sub.add_parser("plot", help="hazard plot of a sweep, margin histogram of a run")
@@ -274,13 +420,20 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
     c.add_argument("dir", help="a replay directory or an observed*.parquet file")
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
-    c.add_argument("--step", type=int, default=4)
+    c.add_argument("--step", type=int, default=4, help="with --req-id: the step")
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
-    b.add_argument("--steps", type=int, default=0)
+    b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
     b.set_defaults(func=cmd_bench)
+    pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
+    pa.add_argument("--scenario", default="", help="show this scenario's values instead")
+    pa.add_argument("--json", action="store_true")
+    pa.set_defaults(func=cmd_params)
     for register in PLUGINS:
         register(sub)
+    for name, parser in sub.choices.items():
+        if name in EXAMPLES and not parser.epilog:
+            parser.epilog = f"example:\n  {EXAMPLES[name]}"
     return p
 
 
@@ -288,15 +441,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if getattr(args, "steps", 0) and args.steps < 0:
-            raise SpecraceError("--steps must be > 0")
         return args.func(args)
     except SpecraceError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `python -m sim run ... | head -1`: the reader left
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Swarm testing (TigerBeetle's VOPR): a seed draws a whole timing parameter set.
 
 The ranges span GPU-bound, balanced and CPU-bound regimes around the defaults of
-vllm-mechanics.md §8 and h200-measurements.md §6, with host stalls and jitter.
+docs/mechanism.md §8 and docs/timing.md §6, with host stalls and jitter.
 """
 
 from __future__ import annotations

@@ -15,31 +15,20 @@ import pandas as pd
 from sim.errors import SpecraceError
 from sim.runs.io import read_parquet
 
-REQUIRED = (
-    "policy",
-    "step",
-    "req_id",
-    "true_count",
-    "cpu_observed",
-    "cpu_predicted",
-    "agree",
-    "gpu_consumed",
-    "gpu_wrong",
-    "land_pos",
-    "n_ops",
-    "reads_buffer",
-)
+# The columns compare needs, with the kind of values each must hold.
+REQUIRED = {
+    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
+    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
+    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
+    "reads_buffer": "bool",
+}  # fmt: skip
 
 
 def read_observed(path: Path) -> pd.DataFrame:
     """A replay table: a directory holding ``observed.parquet``, or the file itself."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    df = read_parquet(path, "replay table (python -m gpu_check replay writes it)")
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise SpecraceError(f"{path}: not a replay table (missing {', '.join(missing)})")
-    return df
+    return read_parquet(path, "replay table (python -m gpu_check replay writes it)", REQUIRED)
 
 
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:
@@ -129,3 +118,33 @@ def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
     return (
         one.groupby(["policy", "land_pos", "gpu_consumed"]).size().rename("replays").reset_index()
     )
+
+
+def landing_timing(observed: pd.DataFrame) -> pd.DataFrame:
+    """How far the hardware's landing and row-op stores were from where the replay put them.
+
+    One row per policy, over steps whose landing the replay aimed (a policy that waits before
+    the moves has none) and saw: landing error = first sighting of the tag - aimed time
+    (median, p95, max of |error|, in µs), the sighting's own uncertainty (the gap to the poll
+    before it), and the op-placement error (|store time - scheduled time|, the step's worst op).
+    Replays without these columns (recorded before they existed) give an empty table.
+    """
+    cols = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns")
+    if not all(c in observed.columns for c in cols):
+        return pd.DataFrame()
+    steps = observed.drop_duplicates(["policy", "step", "land_predicted_ns", "land_seen_ns"])
+    aimed = steps[(steps["land_predicted_ns"] >= 0) & (steps["land_seen_ns"] >= 0)]
+    err = (aimed["land_seen_ns"] - aimed["land_predicted_ns"]).abs() / 1000
+    g = aimed.assign(
+        err_us=err, op_us=aimed["op_err_max_ns"] / 1000, bracket_us=aimed["land_bracket_ns"] / 1000
+    ).groupby("policy", sort=True)
+    out = pd.DataFrame({
+        "steps": g.size(),
+        "land_err_p50_us": g["err_us"].median(),
+        "land_err_p95_us": g["err_us"].quantile(0.95),
+        "land_err_max_us": g["err_us"].max(),
+        "bracket_p95_us": g["bracket_us"].quantile(0.95),
+        "op_err_p95_us": g["op_us"].quantile(0.95),
+        "op_err_max_us": g["op_us"].max(),
+    })  # fmt: skip
+    return out.round(2).reset_index()

@@ -1,13 +1,13 @@
 """The pinned buffer ``input_batch.num_accepted_tokens_cpu`` and everything that writes it.
 
-Writers (vllm-mechanics.md §2, §11): the D2H copy of step N's counts (``B[:n_N] = cnt_N``),
+Writers (docs/mechanism.md §2, §11): the D2H copy of step N's counts (``B[:n_N] = cnt_N``),
 ``add_request`` (``B[row] = 1``), a condense move (``B[dst] = B[src]``), ``swap_states``
 (exchange) and the gather write-back of ``_prepare_inputs`` (``B[:n] = G``).
 ``remove_request`` writes nothing.
 
 :func:`apply_step` replays one step's row operations with the DMA landing at a chosen
 position among them; it returns the buffer and a write log, so what any later read sees
-is computed, not guessed. The DMA is applied atomically (h200-measurements.md §2 saw one
+is computed, not guessed. The DMA is applied atomically (docs/timing.md §2 saw one
 torn read of a 1 KiB copy in 5000: an approximation we keep).
 """
 

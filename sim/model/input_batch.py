@@ -1,7 +1,7 @@
 """The row bookkeeping of vLLM v0.24.0's persistent batch (``gpu_input_batch.InputBatch``).
 
 Only what decides *which row holds which request* and what each row operation writes
-into the pinned counts buffer ``num_accepted_tokens_cpu`` is modelled (vllm-mechanics.md
+into the pinned counts buffer ``num_accepted_tokens_cpu`` is modelled (docs/mechanism.md
 §2). Every mutating method appends :class:`RowOp` records to ``ops`` so a schedule can
 replay the exact sequence of buffer writes:
 

@@ -9,24 +9,29 @@ the file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import math
 import tomllib
 import types
 import typing
 from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
 from sim.errors import SpecraceError
 
 MambaCacheMode = Literal["none", "all", "align"]
+MAX_TOKENS = 10**7  # a request's prompt or output: beyond any model's context
 ArrivalKind = Literal["poisson", "scripted"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
 
 
 @dataclass(frozen=True)
 class EngineParams:
-    """vLLM engine configuration that decides the schedule (vllm-mechanics.md §1, §2, §6)."""
+    """vLLM engine configuration that decides the schedule (docs/mechanism.md §1, §2, §6)."""
 
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 8192
@@ -56,6 +61,9 @@ class EngineParams:
             )
         if self.kv_cache_capacity_tokens < 0:
             raise ValueError("engine.kv_cache_capacity_tokens must be >= 0")
+        _at_most("engine.max_num_seqs", self.max_num_seqs, 65_536, "rows of one batch")
+        _at_most("engine.max_num_batched_tokens", self.max_num_batched_tokens, 10**7,
+                 "tokens of one step")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class LengthParams:
     def check(self, name: str) -> None:
         if self.min < 1 or self.max < self.min:
             raise ValueError(f"{name}: need 1 <= min <= max")
+        _at_most(f"{name}.max", self.max, MAX_TOKENS, "tokens of one request")
         if self.mean <= 0 or self.sigma < 0:
             raise ValueError(f"{name}: need mean > 0 and sigma >= 0")
 
@@ -113,6 +122,9 @@ class WorkloadParams:
         if self.initial_requests < 0 or self.arrival_rate_per_step < 0:
             raise ValueError("workload.initial_requests and arrival_rate_per_step must be >= 0")
         _positive("workload.max_requests", self.max_requests)
+        _at_most("workload.initial_requests", self.initial_requests, 10**7, "requests")
+        _at_most("workload.arrival_rate_per_step", self.arrival_rate_per_step, 10**4,
+                 "requests per step")  # fmt: skip
         self.prompt_len.check("workload.prompt_len")
         self.output_len.check("workload.output_len")
         if len(self.acceptance_probs) < k:
@@ -133,6 +145,8 @@ class WorkloadParams:
             seen.add(r.req_id)
             if r.arrival_step < 0 or r.prompt_len < 1 or r.output_len < 1:
                 raise ValueError(f"workload.requests[{r.req_id}]: bad step or length")
+            if max(r.prompt_len, r.output_len) > MAX_TOKENS:
+                raise ValueError(f"workload.requests[{r.req_id}]: more than {MAX_TOKENS} tokens")
             if not 0 <= r.prefix_hit_tokens < r.prompt_len:
                 raise ValueError(
                     f"workload.requests[{r.req_id}]: prefix_hit_tokens must be < prompt_len"
@@ -145,7 +159,7 @@ class WorkloadParams:
 
 @dataclass(frozen=True)
 class TimingParams:
-    """Durations of every timed actor (vllm-mechanics.md §8, h200-measurements.md §6).
+    """Durations of every timed actor (docs/mechanism.md §8, docs/timing.md §6).
 
     Means are nanoseconds; every duration is drawn as mean * (1 + jitter) with a seeded
     uniform jitter in [-jitter_frac, +jitter_frac]. Defaults describe the "balanced"
@@ -214,25 +228,69 @@ class Scenario:
         return dataclasses.asdict(self)
 
 
+_SECTION_CLASSES: dict[str, type] = {
+    "engine": EngineParams,
+    "workload": WorkloadParams,
+    "timing": TimingParams,
+}
+
+
+def parameter_keys() -> list[str]:
+    """Every ``section.key`` that ``--set`` accepts."""
+    return [f"{sec}.{f.name}" for sec, cls in _SECTION_CLASSES.items() for f in fields(cls)]
+
+
+def parameter_defaults() -> dict[str, Any]:
+    """``section.key -> default`` of the dataclasses (a scenario file may change them)."""
+    out: dict[str, Any] = {}
+    for sec, cls in _SECTION_CLASSES.items():
+        inst = cls()
+        for f in fields(cls):
+            out[f"{sec}.{f.name}"] = getattr(inst, f.name)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Loading
 
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "data" / "scenarios"
+def _builtin(folder: str) -> dict[str, Traversable]:
+    """Package data shipped with sim (importlib.resources): name -> TOML resource."""
+    root = resources.files("sim.model") / folder
+    return {q.name[: -len(".toml")]: q for q in root.iterdir() if q.name.endswith(".toml")}
 
 
-def scenario_path(name_or_path: str) -> Path:
-    """A path as given, or the built-in ``data/scenarios/<name>.toml``."""
+def builtin_scenarios() -> list[str]:
+    return sorted(_builtin("scenarios"))
+
+
+def builtin_timing_files() -> list[str]:
+    return sorted(_builtin("timing"))
+
+
+def _resolve(name_or_path: str, folder: str, what: str) -> tuple[str, str, str]:
+    """(text, stem, origin) of a TOML file given by path or by built-in name."""
     p = Path(name_or_path)
-    if p.suffix == ".toml" or p.exists():
+    if p.suffix == ".toml" or p.exists() or "/" in name_or_path:
         if not p.is_file():
-            raise SpecraceError(f"scenario file not found: {p}")
-        return p
-    builtin = SCENARIO_DIR / f"{name_or_path}.toml"
-    if not builtin.is_file():
-        known = ", ".join(sorted(q.stem for q in SCENARIO_DIR.glob("*.toml")))
-        raise SpecraceError(f"unknown scenario {name_or_path!r} (built-in: {known})")
-    return builtin
+            raise SpecraceError(f"{what} file not found: {p}")
+        return _read_text(p), p.stem, str(p)
+    builtin = _builtin(folder)
+    if name_or_path not in builtin:
+        known = ", ".join(sorted(builtin))
+        hint = _near(name_or_path, builtin)
+        raise SpecraceError(f"unknown {what} {name_or_path!r}{hint} (built-in: {known})")
+    return builtin[name_or_path].read_text(), name_or_path, f"built-in {what} {name_or_path}"
+
+
+def _near(word: str, candidates) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def scenario_path(name_or_path: str) -> str:
+    """Where a scenario comes from: the path as given, or ``built-in scenario NAME``."""
+    return _resolve(name_or_path, "scenarios", "scenario")[2]
 
 
 def load_scenario(
@@ -240,34 +298,53 @@ def load_scenario(
     overrides: dict[str, str] | None = None,
     timing_files: tuple[str, ...] = (),
 ) -> Scenario:
-    """Load, apply timing files (``[timing]`` tables, e.g. ``data/params/*.toml``, in order),
-    then ``section.key=value`` overrides, and validate a scenario."""
-    path = scenario_path(name_or_path)
-    raw = _read_toml(path)
-    for key, text in {**timing_file_overrides(timing_files), **(overrides or {})}.items():
-        _apply_override(raw, key, text, path)
-    return scenario_from_dict(raw, path.stem, str(path))
+    """Load, apply timing files (``[timing]`` tables: a path or a built-in name such as
+    ``h200``, in order), then ``section.key=value`` overrides, and validate a scenario."""
+    text, stem, origin = _resolve(name_or_path, "scenarios", "scenario")
+    raw = _parse_toml(text, origin)
+    base = scenario_from_dict(raw, stem, origin)  # the file itself must be valid
+    extra = {**timing_file_overrides(timing_files), **(overrides or {})}
+    if not extra:
+        return base
+    return with_overrides(base, extra)
 
 
 def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
     """``timing.key -> value`` from ``[timing]``-only TOML files, later files winning."""
     out: dict[str, str] = {}
     for f in files:
-        table = _read_toml(Path(f))
+        text, _stem, origin = _resolve(f, "timing", "timing file")
+        table = _parse_toml(text, origin)
         extra = set(table) - {"timing"}
         if extra:
-            raise SpecraceError(f"{f}: a timing file holds only [timing], not {sorted(extra)}")
-        out.update({f"timing.{k}": json.dumps(v) for k, v in table.get("timing", {}).items()})
+            raise SpecraceError(f"{origin}: a timing file holds only [timing], not {sorted(extra)}")
+        timing = table.get("timing", {})
+        if not isinstance(timing, dict):
+            raise SpecraceError(f"{origin}: [timing] must be a table")
+        known = {f.name for f in fields(TimingParams)}
+        for key, value in timing.items():
+            if key not in known:
+                raise SpecraceError(f"{origin}: unknown key timing.{key}{_near(key, known)}")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise SpecraceError(f"{origin}: timing.{key} must be a number, got {value!r}")
+        out.update({f"timing.{k}": json.dumps(v) for k, v in timing.items()})
     return out
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_text(path: Path) -> str:
     try:
-        return tomllib.loads(path.read_text())
+        return path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecraceError(f"{path}: cannot read: {e}") from None
+
+
+def _parse_toml(text: str, origin: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise SpecraceError(f"{path}: not valid TOML: {e}") from None
+        raise SpecraceError(f"{origin}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecraceError(f"{origin}: nested too deeply") from None
 
 
 def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
@@ -295,19 +372,27 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
 
 
 def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
-    """Re-validate a scenario with ``section.key=value`` overrides applied."""
+    """Re-validate a scenario with ``section.key=value`` overrides applied; an error names
+    the override, not the scenario file."""
     raw = json.loads(json.dumps(scenario.to_dict()))  # tuples -> lists, as TOML gives
     del raw["name"]
     for key, text in overrides.items():
-        _apply_override(raw, key, text, "--set")
-    return scenario_from_dict(raw, scenario.name, f"scenario {scenario.name} with --set")
+        _apply_override(raw, key, text)
+    return scenario_from_dict(raw, scenario.name, "--set")
 
 
-def _apply_override(raw: dict[str, Any], key: str, text: str, origin: object) -> None:
+def _apply_override(raw: dict[str, Any], key: str, text: str) -> None:
     parts = key.split(".")
-    if len(parts) != 2 or parts[0] not in ("engine", "workload", "timing"):
+    if len(parts) != 2 or parts[0] not in _SECTION_CLASSES:
         raise SpecraceError(
             f"--set {key}: expected section.key with section engine|workload|timing"
+            f"{_near(key, parameter_keys())}"
+        )
+    known = {f.name for f in fields(_SECTION_CLASSES[parts[0]])}
+    if parts[1] not in known:
+        raise SpecraceError(
+            f"--set {key}: unknown key{_near(key, parameter_keys())} "
+            f"(python -m sim params lists them)"
         )
     raw.setdefault(parts[0], {})[parts[1]] = parse_value(text)
 
@@ -335,7 +420,7 @@ def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:
 
 def _convert(hint: Any, value: Any, key: str, origin: str) -> Any:
     origin_t = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key, origin)
     if origin_t is Literal:
         allowed = typing.get_args(hint)
@@ -356,16 +441,29 @@ def _convert(hint: Any, value: Any, key: str, origin: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise SpecraceError(f"{origin}: {key} must be an integer, got {value!r}")
+        if not -INT_LIMIT <= value <= INT_LIMIT:
+            raise SpecraceError(f"{origin}: {key} = {value} is out of range (|x| <= 10^13)")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SpecraceError(f"{origin}: {key} must be a number, got {value!r}")
-        return float(value)
+        if not math.isfinite(value) or abs(value) > INT_LIMIT:
+            raise SpecraceError(f"{origin}: {key} must be a finite number, got {value!r}")
+        return float(value) + 0.0  # -0.0 -> 0.0
     if hint is str:
         if not isinstance(value, str):
             raise SpecraceError(f"{origin}: {key} must be a string, got {value!r}")
         return value
     raise TypeError(f"no converter for {hint!r} ({key})")
+
+
+# The largest integer or number any parameter may take: 10^13 ns is ~2.8 hours of simulated time.
+INT_LIMIT = 10**13
+
+
+def _at_most(name: str, value: float, limit: float, why: str) -> None:
+    if value > limit:
+        raise ValueError(f"{name} = {value} is more than {limit:g} ({why})")
 
 
 def _positive(name: str, value: int) -> None:

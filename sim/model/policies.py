@@ -14,7 +14,7 @@ consumer branches on a policy's name:
 3. **What the GDN kernel consumes**, given the CPU value, the true counts and which rows the
    correction kernel repairs: :meth:`Policy.gpu_consumed`.
 
-Line numbers are vLLM v0.24.0 unless marked (vllm-versions.md gives the later releases'; the
+Line numbers are vLLM v0.24.0 unless marked (docs/versions.md gives the later releases'; the
 accepted-count block is identical 0.24.0-0.33.0). Where the reference is unclear:
 ``unsynced`` is modelled as v0.23.0's gather without the event wait; ``sync-before-moves``
 (#53919) as a wait before the first row move followed by a direct read (B is then already in
@@ -97,7 +97,7 @@ GpuConsumer = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 def corrected(cpu, true, participating):
     """``update_num_computed_tokens_for_batch_change`` takes ``valid_sampled_token_count`` for
-    every row that had drafts at step N; other rows keep the CPU value (vllm-mechanics.md §3)."""
+    every row that had drafts at step N; other rows keep the CPU value (docs/mechanism.md §3)."""
     return np.where(participating, true, cpu)
 
 

@@ -1,7 +1,7 @@
 """The per-read verdict: one row per (step, request) that consumed a previous step's count.
 
 For request r in row ``row`` of step N+1 with ``prev_row = prev_positions[row] >= 0``
-(vllm-mechanics.md §11, "Oracle"):
+(docs/mechanism.md §11, "Oracle"):
 
 - ``true_count`` = ``accepted_N[prev_row]``;
 - ``cpu_value``: what the CPU put into ``num_accepted_tokens`` (a read of the pinned buffer,

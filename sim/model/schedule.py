@@ -73,17 +73,52 @@ class StepRecord:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> StepRecord:
-        def arr(key: str, dtype: type = np.int64) -> np.ndarray:
-            return np.asarray(d[key], dtype=dtype)
+        """One step of ``schedule.json``; a value of the wrong type raises ValueError naming
+        the field (the caller adds the file)."""
+        if not isinstance(d, dict):
+            raise ValueError("a step must be an object")
+        step = d.get("step")
 
+        def fail(key: str, why: str) -> ValueError:
+            return ValueError(f"step {step}: {key}: {why}")
+
+        def ids(key: str) -> list[str]:
+            v = d[key]
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise fail(key, "must be a list of request ids")
+            return list(v)
+
+        def arr(key: str, dtype: type = np.int64) -> np.ndarray:
+            v = d[key]
+            if not isinstance(v, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in v
+            ):
+                raise fail(key, "must be a list of integers")
+            if any(not -(2**62) <= x < 2**62 for x in v):
+                raise fail(key, "integer out of range")
+            return np.asarray(v, dtype=np.int64).astype(dtype)
+
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"step: must be an integer, got {step!r}")
+        raw_ops = d["ops"]
+        if not isinstance(raw_ops, list):
+            raise fail("ops", "must be a list")
+        ops = []
+        for i, item in enumerate(raw_ops):
+            ok = isinstance(item, list) and len(item) == 4
+            ok = ok and isinstance(item[0], str) and isinstance(item[3], str)
+            ok = ok and all(isinstance(x, int) and not isinstance(x, bool) for x in item[1:3])
+            if not ok:
+                raise fail(f"ops[{i}]", f"must be [kind, row, row, req_id], got {item!r}")
+            ops.append(RowOp.from_json(item))
         rec = StepRecord(
-            step=int(d["step"]),
-            finished=list(d["finished"]),
-            unscheduled=list(d["unscheduled"]),
-            new=list(d["new"]),
-            resumed=list(d["resumed"]),
-            ops=[RowOp.from_json(x) for x in d["ops"]],
-            req_ids=list(d["req_ids"]),
+            step=step,
+            finished=ids("finished"),
+            unscheduled=ids("unscheduled"),
+            new=ids("new"),
+            resumed=ids("resumed"),
+            ops=ops,
+            req_ids=ids("req_ids"),
             num_scheduled=arr("num_scheduled"),
             num_computed=arr("num_computed"),
             num_prompt=arr("num_prompt"),
@@ -104,9 +139,7 @@ class StepRecord:
             "prev_positions",
         ):
             if len(getattr(rec, key)) != n:
-                raise ValueError(
-                    f"step {rec.step}: {key} has {len(getattr(rec, key))} rows, req_ids has {n}"
-                )
+                raise fail(key, f"has {len(getattr(rec, key))} rows, req_ids has {n}")
         return rec
 
 
@@ -150,7 +183,7 @@ class Schedule:
 def first_spec_rows(prev: StepRecord, cur: StepRecord) -> np.ndarray:
     """Rows of ``cur`` at their first speculative step: drafts now, none in ``prev``.
 
-    These are the rows the GPU correction kernel cannot repair (vllm-mechanics.md §2).
+    These are the rows the GPU correction kernel cannot repair (docs/mechanism.md §2).
     """
     pp = cur.prev_positions
     had = np.zeros(len(pp), dtype=bool)
@@ -190,19 +223,106 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
             "schedule`"
         )
     try:
-        return Schedule(
+        seed, steps = d["seed"], d["steps"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed: must be an integer, got {seed!r}")
+        if not isinstance(steps, list) or not isinstance(d["requests"], list):
+            raise ValueError("steps and requests must be lists")
+        sched = Schedule(
             scenario=d["scenario"],
-            seed=int(d["seed"]),
+            seed=seed,
             requests=list(d["requests"]),
-            steps=[StepRecord.from_json(s) for s in d["steps"]],
+            steps=[StepRecord.from_json(s) for s in steps],
         )
-    except (KeyError, TypeError, ValueError) as e:
-        raise SpecraceError(f"{origin}: malformed schedule: {e!r}") from None
+    except KeyError as e:
+        raise SpecraceError(f"{origin}: malformed schedule: missing {e}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SpecraceError(f"{origin}: malformed schedule: {e}") from None
+    check_schedule(sched, origin)
+    return sched
+
+
+OP_KINDS = ("remove", "add", "move", "swap")
+
+
+def check_schedule(schedule: Schedule, origin: str = "schedule") -> None:
+    """Refuse a schedule that vLLM's scheduler and InputBatch could not have produced.
+
+    Replays every step's row operations on the previous step's layout and checks the result,
+    ``prev_positions`` and the per-row arrays against it; the error names the step and field.
+    """
+    from sim.model.params import scenario_from_dict
+
+    if not isinstance(schedule.scenario, dict):
+        raise SpecraceError(f"{origin}: scenario must be a table")
+    raw = json.loads(json.dumps(schedule.scenario))  # tuples -> lists, as the file has them
+    scenario = scenario_from_dict(raw, "schedule", f"{origin}: scenario")
+    if schedule.seed < 0:
+        raise SpecraceError(f"{origin}: seed must be >= 0")
+    max_rows = scenario.engine.max_num_seqs
+    k = scenario.engine.num_speculative_tokens
+    budget = scenario.engine.max_num_batched_tokens
+    layout: list[str | None] = [None] * max_rows
+    prev: StepRecord | None = None
+    for n, rec in enumerate(schedule.steps):
+
+        def bad(field: str, why: str, n: int = n) -> SpecraceError:
+            return SpecraceError(f"{origin}: step {n}: {field}: {why}")
+
+        if rec.step != n:
+            raise bad("step", f"is {rec.step}, expected {n}")
+        if rec.num_reqs > max_rows:
+            raise bad("req_ids", f"{rec.num_reqs} rows > engine.max_num_seqs={max_rows}")
+        if len(set(rec.req_ids)) != rec.num_reqs:
+            raise bad("req_ids", "a request is in two rows")
+        for i, op in enumerate(rec.ops):
+            if op.kind not in OP_KINDS:
+                raise bad(f"ops[{i}]", f"unknown kind {op.kind!r} (known: {', '.join(OP_KINDS)})")
+            rows = (op.a, op.b) if op.kind in ("move", "swap") else (op.a,)
+            if any(not 0 <= r < max_rows for r in rows):
+                raise bad(f"ops[{i}]", f"row outside 0..{max_rows - 1}: {op.to_json()}")
+            if op.kind == "remove":
+                layout[op.a] = None
+            elif op.kind == "add":
+                layout[op.a] = op.req_id
+            elif op.kind == "move":
+                layout[op.b], layout[op.a] = layout[op.a], None
+            else:
+                layout[op.a], layout[op.b] = layout[op.b], layout[op.a]
+        if layout[: rec.num_reqs] != rec.req_ids or any(layout[rec.num_reqs :]):
+            raise bad("ops", "replaying them on the previous layout does not give req_ids")
+        _check_range(bad, "num_scheduled", rec.num_scheduled, 0, budget)
+        if int(rec.num_scheduled.sum()) > budget:
+            raise bad("num_scheduled", f"sums to more than max_num_batched_tokens={budget}")
+        _check_range(bad, "num_computed", rec.num_computed, 0, 1 << 40)
+        _check_range(bad, "num_prompt", rec.num_prompt, 1, 1 << 40)
+        _check_range(bad, "drafts", rec.drafts, 0, k)
+        _check_range(bad, "accepted", rec.accepted, 1, k + 1)
+        if (rec.accepted[rec.drafts == 0] != 1).any():
+            raise bad("accepted", "a row without drafts must accept exactly 1")
+        if (rec.accepted > rec.drafts + 1).any():
+            raise bad("accepted", "more accepted than 1 + drafts")
+        n_prev = prev.num_reqs if prev is not None else 0
+        _check_range(bad, "prev_positions", rec.prev_positions, -1, n_prev - 1)
+        for row, src in enumerate(rec.prev_positions):
+            if src >= 0 and prev is not None and prev.req_ids[src] != rec.req_ids[row]:
+                raise bad("prev_positions", f"row {row} points at another request's row {src}")
+        if len(rec.prev_num_draft_tokens) != n_prev:
+            raise bad("prev_num_draft_tokens", f"needs one entry per previous row ({n_prev})")
+        _check_range(bad, "prev_num_draft_tokens", rec.prev_num_draft_tokens, 0, k)
+        prev = rec
+
+
+def _check_range(bad, field: str, values: np.ndarray, lo: int, hi: int) -> None:
+    if len(values) and (int(values.min()) < lo or int(values.max()) > hi):
+        raise bad(field, f"values must be in {lo}..{hi}")
 
 
 def read_schedule(path: Path) -> Schedule:
     try:
         text = path.read_text()
+    except UnicodeDecodeError:
+        raise SpecraceError(f"{path}: not a specrace schedule (binary, not JSON text)") from None
     except OSError as e:
         raise SpecraceError(f"cannot read schedule {path}: {e.strerror}") from None
     return loads(text, str(path))

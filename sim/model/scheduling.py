@@ -1,6 +1,6 @@
 """Engine core + worker ``_update_states``, timing-free: scenario -> :class:`Schedule`.
 
-The engine core (vllm-mechanics.md §1.1) under async scheduling runs a batch queue of
+The engine core (docs/mechanism.md §1.1) under async scheduling runs a batch queue of
 two: ``schedule(N+1)`` happens after ``update_from_output(N-1)``, so it knows outputs up
 to step N-1 only. A request whose last token is produced at step N-1 is therefore still
 scheduled (optimistically) at N and appears in ``finished_req_ids`` of N+1. With async

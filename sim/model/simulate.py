@@ -1,13 +1,13 @@
 """The SimPy model: *when* everything in a schedule happens, and so what every read returns.
 
-One generator per actor (STYLE.md): :meth:`Model.engine_core`, :meth:`Model.worker_cpu`,
+One generator per actor, named after it: :meth:`Model.engine_core`, :meth:`Model.worker_cpu`,
 and the GPU streams of :mod:`sim.model.cuda` (``default_stream``, the side copy streams
 ``valid_sampled_token_count_copy_stream`` and ``async_output_copy_stream``). The pinned
 counts buffer is a numpy array that every writer updates at its SimPy time, with a write
 log in the trace; a read returns the buffer's content at the read's time, so the outcome of
 every interleaving is computed, not guessed. Tie rule: see :mod:`sim.model.cuda`.
 
-Per step N (vllm-mechanics.md §1, §8, §11):
+Per step N (docs/mechanism.md §1, §8, §11):
 
 - engine core: ``schedule(N)`` -> input IPC; under async scheduling ``schedule(N+1)``
   waits for ``get_output(N-1)`` (GPU drafter(N-1) + output copy + IPC) and

@@ -2,7 +2,7 @@
 
 Nothing later in the pipeline draws random numbers for the *schedule*: arrivals, prompt
 and output lengths, prefix-cache hits and the accepted count of every speculative step
-of every request are fixed here (STYLE.md: no global RNG, Vidur: workload before run).
+of every request are fixed here (no global RNG; the workload is drawn before the run).
 """
 
 from __future__ import annotations

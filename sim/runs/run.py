@@ -1,6 +1,6 @@
 """One run: schedule -> simulate under a policy -> reads, trace, summary -> run directory.
 
-Run directory (ARCHITECTURE.md): ``meta.json``, ``schedule.json``, ``trace.parquet``,
+Run directory (data/README.md): ``meta.json``, ``schedule.json``, ``trace.parquet``,
 ``reads.parquet``; with ``--policy all`` one sub-directory per policy beside a shared
 ``schedule.json`` and ``comparison.json``. Every file is written atomically.
 """

@@ -1,6 +1,6 @@
 """The schedules the conformance suite replays: built-in scenarios and random ones.
 
-The built-in scenarios are minimal-race (the race of vllm-mechanics.md §9 by hand) and
+The built-in scenarios are minimal-race (the race of docs/mechanism.md §9 by hand) and
 300 steps of qwen35-mtp3 (64 rows). For the random ones one seed draws a whole scenario:
 each seed draws k, the batch size, the token budget (small, so prefills are chunked), the
 arrival rate and, for half of the seeds, a KV capacity small enough to preempt; every

@@ -1,6 +1,6 @@
 """Our kernel against fla-core 0.6.0: its KDA spec path and its plain GDN fused recurrent.
 
-Interpreter on the CPU, compiled kernels with CUDA (gdn-kernels.md §2, §5).
+Interpreter on the CPU, compiled kernels with CUDA (docs/gdn.md §2, §5).
 """
 
 from __future__ import annotations

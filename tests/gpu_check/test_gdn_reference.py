@@ -1,4 +1,4 @@
-"""The float64 reference: slot semantics (vllm-mechanics §5.3) and the recurrence itself."""
+"""The float64 reference: slot semantics (docs/mechanism.md §5.3) and the recurrence itself."""
 
 from __future__ import annotations
 

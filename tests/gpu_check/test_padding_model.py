@@ -1,4 +1,4 @@
-"""FULL-cudagraph padding model (vllm-mechanics §7) and the `python -m gpu_check` CLI."""
+"""FULL-cudagraph padding model (docs/mechanism.md §7) and the `python -m gpu_check` CLI."""
 
 from __future__ import annotations
 

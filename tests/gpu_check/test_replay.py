@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
@@ -127,3 +128,49 @@ def test_replay_with_the_models_own_timing_agrees_on_the_cpu(tmp_path: Path) -> 
     bad = run_module("gpu_check", "replay", "--device", "cpu", "--sim-run", str(tmp_path),
                      "--out", str(tmp_path / "x"), timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "not a `python -m sim run` directory" in bad.stderr
+
+
+def test_replay_of_an_empty_batch_step_and_of_a_single_step(tmp_path: Path) -> None:
+    """An empty step (no requests yet) and a replay with nothing to score both finish."""
+    sched_dir = tmp_path / "s"
+    r = subprocess.run(
+        [sys.executable, "-m", "sim", "schedule", "--set", "workload.initial_requests=0",
+         "--steps", "30", "--out", str(sched_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for extra, name in ((["--schedule", str(sched_dir / "schedule.json")], "empty"),
+                        (["--steps", "1"], "one")):  # fmt: skip
+        out = tmp_path / name
+        r = subprocess.run(
+            [sys.executable, "-m", "gpu_check", "replay", "--device", "cpu", *extra,
+             "--out", str(out)],
+            cwd=ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert (out / "observed.parquet").is_file() and (out / "replay_summary.json").is_file()
+
+
+def test_landing_timing_table_from_hand_built_steps() -> None:
+    from sim.hardware.compare import landing_timing
+
+    rows = []
+    for step, (aim, seen, op) in enumerate([(100, 130, 2_000), (100, 70, 1_000), (50, -1, 0)]):
+        for req in ("A", "B"):  # two reads of one step count once
+            rows.append({"policy": "align", "step": step, "req_id": req,
+                         "land_predicted_ns": aim * 1000, "land_seen_ns": seen * 1000,
+                         "land_bracket_ns": 500, "op_err_max_ns": op})  # fmt: skip
+    t = landing_timing(pd.DataFrame(rows)).iloc[0]
+    assert t.steps == 2  # the step whose tag was never seen is left out
+    assert t.land_err_p50_us == 30.0 and t.land_err_max_us == 30.0
+    assert t.op_err_max_us == 2.0 and t.bracket_p95_us == 0.5
+
+
+def test_cpu_replay_records_the_step_timing(tmp_path: Path) -> None:
+    sc = load_scenario("qwen35-mtp3")
+    sched = build_schedule(sc, 1, 20)
+    plan = [1] * 19
+    df = replay(sched, POLICIES["align"], ScriptedCounts(sched.max_num_reqs, plan),
+                ReplayConfig(sc.timing))  # fmt: skip
+    assert (df["land_seen_ns"] >= 0).all() and (df["land_bracket_ns"] >= 0).all()
+    assert (df["op_err_max_ns"] >= df["op_err_p50_ns"]).all()

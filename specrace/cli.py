@@ -1,0 +1,55 @@
+"""The ``specrace`` console command: dispatch to ``sim`` or ``gpu_check`` by subcommand name."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _sim_commands() -> set[str]:
+    from sim.cli.main import build_parser
+
+    return _choices(build_parser())
+
+
+def _gpu_commands() -> set[str]:
+    from gpu_check.__main__ import build_parser
+
+    return _choices(build_parser())
+
+
+def _choices(parser) -> set[str]:
+    for action in parser._actions:  # argparse keeps subparsers here
+        if getattr(action, "choices", None) and hasattr(action, "add_parser"):
+            return set(action.choices)
+    return set()
+
+
+def gpu_name(cmd: str, sim_cmds: set[str]) -> str:
+    """The name a gpu_check command has under ``specrace``."""
+    return f"gpu-{cmd}" if cmd in sim_cmds else cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # Ctrl-C while the halves import
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: list[str]) -> int:
+    sim_cmds = _sim_commands()
+    gpu = {gpu_name(c, sim_cmds): c for c in _gpu_commands()}
+    if args and args[0] in gpu:
+        from gpu_check.__main__ import main as gpu_main
+
+        return gpu_main([gpu[args[0]], *args[1:]])
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__.splitlines()[0])
+        print(f"model (python -m sim): {', '.join(sorted(sim_cmds))}")
+        print(f"GPU (python -m gpu_check): {', '.join(sorted(gpu))}")
+        print("specrace COMMAND --help for each; specrace --version")
+        return 0
+    from sim.cli.main import main as sim_main
+
+    return sim_main(args)
