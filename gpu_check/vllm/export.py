@@ -5,8 +5,9 @@
 :class:`StepRecord` with :class:`sim.model.input_batch.RowOp`), built from what vLLM did, so
 every tool that reads a sim schedule reads vLLM's. Differences from a simulated schedule:
 ``accepted`` is the count the D2H carried (align: the fused postprocess output, which is 1
-where the state block did not move; a discarded partial-prefill row may read 0), and arrival
-steps count the driver's engine steps.
+where the state block did not move), arrival steps count the driver's engine steps, and the
+scenario's ``timing`` is sim's default (see :func:`scenario_of`). The schedule passes sim's own
+``check_schedule`` (every step's ops replayed on the previous layout give its rows).
 
 One row of ``observed_vllm.parquet`` per read (a row of step N+1 with a previous row in step N):
 
@@ -34,7 +35,6 @@ One row of ``observed_vllm.parquet`` per read (a row of step N+1 with a previous
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -45,7 +45,7 @@ import pandas as pd
 
 from sim.errors import SpecraceError
 from sim.model.input_batch import RowOp
-from sim.model.params import EngineParams
+from sim.model.params import EngineParams, LengthParams, Scenario, TimingParams, WorkloadParams
 from sim.model.schedule import Schedule, StepRecord, dumps
 from sim.runs.io import atomic_write, atomic_write_text
 
@@ -124,7 +124,13 @@ def step_record(n: int, s: dict[str, Any], prev: dict[str, Any] | None) -> StepR
     )
 
 
-def build_schedule(raw: dict[str, Any]) -> Schedule:
+def scenario_of(raw: dict[str, Any], num_steps: int) -> Scenario:
+    """A sim :class:`Scenario` describing the measured run as closely as sim's parameters can.
+
+    ``engine`` is exact. ``workload`` describes the requests (lengths as a uniform range over
+    the measured ones; every draft accepted, as the zeroed weights make it). ``timing`` keeps
+    sim's defaults: it is not what the GPU did (the measured times are in steps_vllm.parquet).
+    """
     cfg = raw["config"]
     engine = EngineParams(
         max_num_seqs=int(raw["max_num_reqs"]),
@@ -133,16 +139,43 @@ def build_schedule(raw: dict[str, Any]) -> Schedule:
         async_scheduling=True,
         mamba_cache_mode=raw["mode"],
     )
-    scenario = {
-        "name": f"vllm-{raw['mode']}-{cfg['name']}",
-        "description": f"measured: vLLM {raw.get('vllm_version', '?')} on a GPU (vllm-run)",
-        "engine": dataclasses.asdict(engine),
-        "vllm_run": {"config": cfg, "concurrency": cfg["max_num_seqs"]},
-    }
+    prompts = [int(r["prompt_len"]) for r in raw["requests"]]
+    outputs = [int(r["output_len"]) for r in raw["requests"]]
+
+    def lengths(xs: list[int]) -> LengthParams:
+        return LengthParams(dist="uniform", mean=float(np.mean(xs)), min=min(xs), max=max(xs))
+
+    staggered = cfg.get("arrivals", "all-at-start") != "all-at-start"
+    workload = WorkloadParams(
+        arrival="poisson",
+        initial_requests=0 if staggered else len(prompts),
+        arrival_rate_per_step=1 / int(cfg.get("arrival_every", 1)) if staggered else 0.0,
+        max_requests=len(prompts),
+        prompt_len=lengths(prompts),
+        output_len=lengths(outputs),
+        acceptance_probs=(1.0,) * engine.num_speculative_tokens,
+    )
+    return Scenario(
+        name=f"vllm-{raw['mode']}-{cfg['name']}",
+        description=(
+            f"measured: vLLM {raw.get('vllm_version', '?')} on a GPU (gpu_check vllm-run), "
+            f"concurrency {cfg['max_num_seqs']}, GPU delay {cfg['gpu_delay_us']} us; "
+            "timing is sim's default, not the measurement"
+        ),
+        default_steps=max(num_steps, 1),
+        engine=engine,
+        workload=workload,
+        timing=TimingParams(),
+    )
+
+
+def build_schedule(raw: dict[str, Any]) -> Schedule:
     steps = prepared_steps(raw)
     records = [step_record(n, s, steps[n - 1] if n else None) for n, s in enumerate(steps)]
     requests = [r | {"prefix_hit_tokens": 0} for r in raw["requests"]]
-    return Schedule(scenario=scenario, seed=int(cfg["seed"]), requests=requests, steps=records)
+    scenario = scenario_of(raw, len(records)).to_dict()
+    seed = int(raw["config"]["seed"])
+    return Schedule(scenario=scenario, seed=seed, requests=requests, steps=records)
 
 
 # -- landing and timing -----------------------------------------------------------------------
