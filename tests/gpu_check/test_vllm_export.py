@@ -110,3 +110,15 @@ def _op(kind, a, b, t0, t1, before, after, group=-1):
 )  # fmt: skip
 def test_landing_position_from_the_polls(step: dict, expected: tuple) -> None:
     assert landing(step) == expected
+
+
+def test_the_exported_schedule_feeds_the_existing_replay(exported: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "gpu_check", "replay", "--schedule",
+           str(exported / "schedule.json"), "--device", "cpu", "--policy", "align",
+           "--out", str(tmp_path)]  # fmt: skip
+    res = subprocess.run(cmd, cwd=DATA.parents[2], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "observed.parquet").is_file()
