@@ -22,7 +22,8 @@ calls the original unchanged. ``uninstall`` deletes them again. Per engine step 
   private ring: the truth, read only after the run.
 
 No hook synchronizes: ``event.query()`` only asks. ``level="timing"`` keeps only the entry time
-of ``execute_model`` (the baseline the instrumented step time is compared with).
+of ``execute_model`` and the forward hook's GPU delay (the baseline the instrumented step time
+is compared with).
 """
 
 from __future__ import annotations
