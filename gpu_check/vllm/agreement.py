@@ -13,8 +13,8 @@ the configuration says when the worker waits, what the CPU builds from the buffe
 
 A read is scored on the value the policy says matters: the CPU value for a policy that reads
 the buffer (align), else the value the GDN consumed. Where the landing fell inside an op (poll
-before it false, after it true), both placements are predicted; if they differ the read is
-``ambiguous`` and not scored. A close call is a step whose landing was first seen within
+before it false, after it true), every placement inside it is predicted; if they differ the
+read is ``ambiguous`` and not scored. A close call is a step whose landing was first seen within
 100 us of a writing row op (add, condense move, swap).
 """
 
@@ -97,19 +97,18 @@ def predict_reads(
                 [before, np.ones(schedule.max_num_reqs - len(before), np.int64)]
             )
         lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
-        cpu_lo, gpu_lo = predict_step(policy, prev, cur, before, lo)
-        cpu_hi, gpu_hi = (
-            (cpu_lo, gpu_lo) if hi == lo else predict_step(policy, prev, cur, before, hi)
-        )
         rows = group["row"].to_numpy()
-        pick = (lambda c, g: c) if policy.reads_buffer else (lambda c, g: g)
-        pred_lo, pred_hi = pick(cpu_lo, gpu_lo)[rows], pick(cpu_hi, gpu_hi)[rows]
+        preds = []
+        for pos in range(lo, hi + 1):  # every placement the polls leave open (one if exact)
+            cpu, gpu = predict_step(policy, prev, cur, before, pos)
+            preds.append((cpu if policy.reads_buffer else gpu)[rows])
+        pred_lo = preds[0]
         observed = group["cpu_value" if policy.reads_buffer else "gpu_value"].to_numpy()
         true = group["true_count"].to_numpy()
         g = group.copy()
         g["scored_value"] = observed
         g["predicted"] = pred_lo
-        g["ambiguous"] = pred_lo != pred_hi
+        g["ambiguous"] = np.any([p != pred_lo for p in preds], axis=0)
         g["agree"] = (pred_lo == observed) & ~g["ambiguous"]
         if policy.reads_buffer:
             g["predicted_wrong"] = policy.cpu_wrong(pred_lo, true)
