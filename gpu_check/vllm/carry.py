@@ -131,7 +131,11 @@ class CarryError(RuntimeError):
 
 def find_zip(carry: Path, version: str | None = None) -> Path:
     pattern = f"vllm-{version}.zip" if version else "vllm-*.zip"
-    hits = sorted(carry.glob(pattern))
+
+    def release(path: Path) -> tuple:
+        return tuple(int(x) if x.isdigit() else -1 for x in path.stem.split("-", 1)[1].split("."))
+
+    hits = sorted(carry.glob(pattern), key=release)  # newest release last (0.9 < 0.24)
     if not hits:
         raise CarryError(f"no {pattern} in {carry} (build it with scripts/vllm_inputs.sh)")
     return hits[-1]

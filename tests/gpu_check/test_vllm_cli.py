@@ -120,3 +120,14 @@ def test_stubs_import_any_submodule_and_stay_inert(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
     assert res.stdout.strip() == "ok", res.stderr
+
+
+def test_the_newest_carried_release_is_picked(tmp_path: Path) -> None:
+    from gpu_check.vllm.carry import CarryError, find_zip
+
+    with pytest.raises(CarryError, match="vllm_inputs.sh"):
+        find_zip(tmp_path)
+    for v in ("0.9.0", "0.24.0", "0.33.0"):
+        (tmp_path / f"vllm-{v}.zip").write_bytes(b"")
+    assert find_zip(tmp_path).name == "vllm-0.33.0.zip"
+    assert find_zip(tmp_path, "0.24.0").name == "vllm-0.24.0.zip"
