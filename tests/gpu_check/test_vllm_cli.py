@@ -50,7 +50,6 @@ def test_vllm_run_bad_configs_are_one_line(tmp_path: Path) -> None:
 
 
 def test_vllm_run_with_cuda_but_no_vllm_is_one_line(monkeypatch, tmp_path: Path) -> None:
-    pytest.importorskip("numpy")
     try:
         import vllm  # noqa: F401
 
