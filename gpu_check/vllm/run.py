@@ -13,7 +13,7 @@ Engine set-up that is not vLLM's default, and why:
 - ``VLLM_ENABLE_V1_MULTIPROCESSING=0``: the engine core and the worker run in this process, so
   the hooks can reach the runner. The order of ``schedule``/``execute_model``/``sample_tokens``
   is the same as with the multiprocess engine; the IPC latencies are absent;
-- ``VLLM_USE_V2_MODEL_RUNNER=0``: the V1 runner, where the race lives (vllm-versions.md);
+- ``VLLM_USE_V2_MODEL_RUNNER=0``: the V1 runner, where the race lives (docs/versions.md);
 - ``enforce_eager``: no CUDA graphs or torch.compile (a cold compile would not fit a session);
 - Qwen3-Next's model class insists on at least one MoE layer; ``_allow_no_experts`` lets its
   ``set_moe_parameters`` accept zero, since the tiny model has dense MLPs only.
