@@ -99,6 +99,7 @@ class CudaCounts:
         self.counts_gpu = torch.zeros(1 + max_num_reqs, dtype=torch.int32, device="cuda")
         self.event = torch.cuda.Event()
         self.ns_per_cycle = self._calibrate_spin()
+        self.landing_fit: dict = {}  # set by the replay's landing calibration
         self._tag = 0
 
     def _calibrate_spin(self) -> float:

@@ -46,6 +46,7 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
             device: CountsDevice = cuda
             cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
+            env["landing_fit"] = cuda.landing_fit
         else:
             rng = np.random.default_rng([args.seed, 7])
             plan = [int(rng.integers(-1, len(schedule.steps[n].ops) + 1)) for n in step_list]
@@ -117,6 +118,7 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
             device: CountsDevice = cuda
             cfg = ReplayConfig(timing, seed=args.seed, launch_ns=_launch_ns(cuda))
             env["launch_to_land_ns"] = cfg.launch_ns
+            env["landing_fit"] = cuda.landing_fit
         else:  # land exactly where the model said: the replay must then agree everywhere
             cfg = ReplayConfig(timing, seed=args.seed)
             plan = [_scripted_landing(timeline[n], policy) for n in steps]
@@ -150,17 +152,34 @@ def _scripted_landing(t, policy) -> int:
     return int((t.ops_end_ns < t.land_ns).sum()) if not policy.waits_before_moves else 0
 
 
-def _launch_ns(device: CudaCounts, reps: int = 30) -> int:
-    """Median time from the launch call's return (the replay's t0) to the tag being visible,
-    with no spin: the part of a landing's offset that the spin does not set."""
+SPINS_NS = (0, 50_000, 200_000, 600_000, 1_500_000, 3_000_000)
+
+
+def _launch_ns(device: CudaCounts, reps: int = 12) -> int:
+    """Fit the landing against the spin, on this device, through the replay's own launch path.
+
+    For each requested spin s the landing is seen at ``a + k * s`` after the launch call
+    returns (the replay's t0): ``a`` is the launch latency the spin does not set, ``k`` how far
+    the spin kernel's cycle rate is from its 1 ms calibration. The device's ns-per-cycle is
+    corrected by ``k`` and ``a`` is returned, so that a spin of ``target - a`` lands at
+    ``target``. (A single no-spin launch and a 1 ms calibration left landings 40-80 µs early.)
+    """
     import time
 
-    samples = []
-    for i in range(reps):
-        device.reset(np.ones(len(device.buf), dtype=np.int32), 10_000 + i)
-        device.launch(np.ones(1, dtype=np.int32), 0, private=False)
-        t0 = time.perf_counter_ns()
-        while not device.poll(0):
-            pass
-        samples.append(time.perf_counter_ns() - t0)
-    return int(np.median(samples))
+    xs, ys = [], []
+    for j, spin in enumerate(SPINS_NS):
+        samples = []
+        for i in range(reps):
+            device.reset(np.ones(len(device.buf), dtype=np.int32), 10_000 + 100 * j + i)
+            device.launch(np.ones(1, dtype=np.int32), spin, private=False)
+            t0 = time.perf_counter_ns()
+            while not device.poll(0):
+                pass
+            samples.append(time.perf_counter_ns() - t0)
+        xs.append(spin)
+        ys.append(float(np.median(samples)))
+    k, a = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys), 1)
+    device.ns_per_cycle *= float(k)
+    device.landing_fit = {"launch_ns": round(a), "spin_gain": round(float(k), 5),
+                          "spins_ns": list(SPINS_NS), "seen_ns": [round(y) for y in ys]}  # fmt: skip
+    return int(round(a))
