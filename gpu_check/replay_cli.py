@@ -180,6 +180,10 @@ def _launch_ns(device: CudaCounts, reps: int = 12) -> int:
         ys.append(float(np.median(samples)))
     k, a = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys), 1)
     device.ns_per_cycle *= float(k)
-    device.landing_fit = {"launch_ns": round(a), "spin_gain": round(float(k), 5),
-                          "spins_ns": list(SPINS_NS), "seen_ns": [round(y) for y in ys]}  # fmt: skip
+    device.landing_fit = {
+        "launch_ns": round(a),
+        "spin_gain": round(float(k), 5),
+        "spins_ns": list(SPINS_NS),
+        "seen_ns": [round(y) for y in ys],
+    }
     return int(round(a))
