@@ -157,6 +157,17 @@ class ReplayConfig:
     seed: int = 0
     slack_ns: int = 40_000  # landing offsets drawn over the op window plus this on each side
     launch_ns: int = 5_000  # launch return -> landing with no spin (calibrated on the GPU)
+    # Measured on the device: requested spin (ns) -> landing seen after the launch returned
+    # (ns), increasing; the spin for a target landing is read off it by interpolation.
+    spin_table: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+
+    def spin_for(self, target_ns: int) -> int:
+        if self.spin_table is None:
+            return max(target_ns - self.launch_ns, 0)
+        spins, seen = self.spin_table
+        if target_ns > seen[-1]:  # past the table: the spin runs at its last measured rate
+            return spins[-1] + target_ns - seen[-1]
+        return max(int(np.interp(target_ns, seen, spins)), 0)
 
 
 def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:
@@ -272,7 +283,7 @@ def replay(
             offsets, target = timeline[n].ops_end_ns, timeline[n].land_ns
             read_ns = timeline[n].read_ns
             target = min(target, read_ns + cfg.slack_ns)  # later changes nothing: cap the spin
-        spin_ns = max(target - cfg.launch_ns, 0)
+        spin_ns = cfg.spin_for(target)
         private = policy.dma_into_private
         device.reset(prior, n)
         device.launch(prev.accepted.astype(np.int32), spin_ns, private)
@@ -292,6 +303,8 @@ def replay(
                 land, during = i, True
         clock.wait_until(t0 + read_ns, len(cur.ops))
         if policy.waits_before_read:
+            while clock.seen_ns < 0 and not clock.poll(len(cur.ops)):
+                pass  # sight the landing while waiting, then the event (done µs after it)
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
