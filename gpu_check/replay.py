@@ -45,6 +45,7 @@ class CountsDevice(Protocol):
     def reset(self, prior: np.ndarray, step: int) -> None: ...
     def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None: ...
     def poll(self, op_index: int) -> bool: ...  # landed (tag visible) right now?
+    def query(self) -> bool: ...  # the copy's event complete (never blocks)?
     def synchronize(self) -> None: ...
 
 
@@ -76,6 +77,10 @@ class ScriptedCounts:
     def synchronize(self) -> None:
         if not self._landed:
             self._land()
+
+    def query(self) -> bool:  # a scripted copy completes when asked about
+        self.synchronize()
+        return True
 
     def _land(self) -> None:
         assert self._counts is not None, "land() before launch()"
@@ -134,6 +139,9 @@ class CudaCounts:
 
     def poll(self, op_index: int) -> bool:
         return int(self._view[0]) == self._tag
+
+    def query(self) -> bool:
+        return bool(self.event.query())
 
     def synchronize(self) -> None:
         self.event.synchronize()
@@ -303,8 +311,8 @@ def replay(
                 land, during = i, True
         clock.wait_until(t0 + read_ns, len(cur.ops))
         if policy.waits_before_read:
-            while clock.seen_ns < 0 and not clock.poll(len(cur.ops)):
-                pass  # sight the landing while waiting, then the event (done µs after it)
+            while not device.query():  # sight the landing while waiting for the event
+                clock.poll(len(cur.ops))
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
