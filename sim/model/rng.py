@@ -119,11 +119,10 @@ def jittered_ns(mean_ns: int, u: float, frac: float) -> int:
     return int(mean_ns * jitter_factor(u, frac))
 
 
-def jittered_ns_array(mean_ns, u, frac: float) -> np.ndarray:
-    """:func:`jittered_ns` over arrays of means and uniforms (the vector tier)."""
-    mean = np.asarray(mean_ns, dtype=np.int64)
-    out = np.floor(mean * jitter_factor(np.asarray(u, dtype=np.float64), frac)).astype(np.int64)
-    return np.where(mean > 0, out, 0)
+def jittered_ns_array(mean_ns, u, frac) -> np.ndarray:
+    """:func:`jittered_ns` over arrays of means (>= 0, as params validate) and uniforms (the
+    vector tier): ``astype`` truncates toward zero as ``int`` does, and a mean of 0 gives 0."""
+    return (np.asarray(mean_ns, dtype=np.int64) * jitter_factor(u, frac)).astype(np.int64)
 
 
 class StepDraws:
