@@ -176,14 +176,14 @@ def region_of(
 
     "prefill" means no context (num_computed == 0) whatever is scheduled.
     """
-    has_context = num_computed > 0
-    below = num_scheduled <= threshold
-    done = num_computed >= num_prompt
-    regions = np.zeros(len(num_scheduled), dtype=np.int32)
-    regions[has_context & below & ~done] = 1
-    regions[has_context & ~below] = 2
-    regions[~has_context] = 3
-    return regions
+    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0.
+    # Nested where: half the numpy calls of masked assignments (this runs every step).
+    regions = np.where(
+        num_computed <= 0,
+        3,
+        np.where(num_scheduled > threshold, 2, np.where(num_computed < num_prompt, 1, 0)),
+    )
+    return regions.astype(np.int32, copy=False)
 
 
 def reorder_batch_to_split_decodes_and_prefills(
@@ -199,11 +199,11 @@ def reorder_batch_to_split_decodes_and_prefills(
     regions = region_of(
         sched, batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n], decode_threshold
     )
+    if not (regions[1:] < regions[:-1]).any():  # already sorted: the common step
+        return False
     counts = np.bincount(regions, minlength=4)
     target = np.repeat(np.arange(4, dtype=np.int32), counts)
     needs_swap = regions != target
-    if not needs_swap.any():
-        return False
     orig = np.flatnonzero(needs_swap)
     src_indices = orig[np.argsort(regions[needs_swap], kind="stable")]
     src_dest = {int(s): int(d) for s, d in zip(src_indices, orig, strict=True)}

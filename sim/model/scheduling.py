@@ -140,29 +140,27 @@ def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
         new_set = set(new_ids)
         to_add: list[int] = [pos[r] for r in new_ids]  # positions in sched
         resumed: list[str] = []
-        # The cached-request loop: requests still in the batch update their row; others
-        # were preempted and are re-added.
-        cached_j: list[int] = []
-        cached_rows: list[int] = []
-        for j, rid in enumerate(sched_rids):
-            if rid in new_set:
-                continue
-            row = batch.req_id_to_index.get(rid)
-            if row is None:
-                to_add.append(j)
-                resumed.append(rid)
-            else:
-                cached_j.append(j)
-                cached_rows.append(row)
-        if cached_j:
-            cj = np.array(cached_j, dtype=np.int64)
-            ci = sched.idx[cj]
+        # The cached-request loop: requests still in the batch update their row; the others
+        # (not new) were preempted and are re-added. A new request has no row either.
+        get_row = batch.req_id_to_index.get
+        row_of = np.array([get_row(rid, -1) for rid in sched_rids], dtype=np.int64)
+        absent = row_of < 0
+        if absent.any():
+            for j in np.flatnonzero(absent).tolist():
+                if sched_rids[j] not in new_set:
+                    to_add.append(j)
+                    resumed.append(sched_rids[j])
+        cached = ~absent
+        if cached.any():
+            ci = sched.idx[cached]
             prev_len = st.prev_num_draft_len[ci]
             if eng.async_scheduling:
-                prev_row = np.array([prev_map.get(sched_rids[j], -1) for j in cached_j])
+                get_prev = prev_map.get
+                prev_row = np.array([get_prev(rid, -1) for rid in sched_rids], dtype=np.int64)
+                prev_row = prev_row[cached]
                 use = (prev_len > 0) & (prev_row >= 0)
                 prev_num_draft_tokens[prev_row[use]] = prev_len[use]
-            batch.num_computed_tokens_cpu[np.array(cached_rows)] = st.num_computed[ci]
+            batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
         for j in to_add:
             r = sched_idx[j]
             batch.add_request(ids[r], int(st.prompt_len[r]), int(st.num_computed[r]))
