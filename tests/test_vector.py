@@ -214,8 +214,12 @@ def test_a_perturbed_simpy_tier_is_caught(planted, monkeypatch) -> None:
     monkeypatch.setattr(simulate_mod.Model, "_read_counts", off_by_one)
     assert any("cpu_value" in d for d in differences(sched, timings, policy, 0, res))
     monkeypatch.undo()
-    real_jit = simulate_mod.jittered_ns
-    monkeypatch.setattr(simulate_mod, "jittered_ns", lambda m, u, f: real_jit(m, u, f) + 1)
+    real_jit = simulate_mod.Jitter.__call__
+
+    def one_ns_longer(self, step, slot, mean_ns):  # every SimPy-tier duration 1 ns longer
+        return real_jit(self, step, slot, mean_ns) + 1
+
+    monkeypatch.setattr(simulate_mod.Jitter, "__call__", one_ns_longer)
     diffs = differences(sched, timings, policy, 0, res)
     assert any("land_ns" in d for d in diffs) and any("read_ns" in d for d in diffs)
 

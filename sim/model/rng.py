@@ -33,14 +33,16 @@ class Actor(enum.IntEnum):
     STALL = 4
 
 
-class EngineSlot(enum.IntEnum):
+# Slots are plain ints, not IntEnum: the SimPy tier indexes with them on every draw.
+class EngineSlot:
     UPDATE = 0  # update_from_output(step - lag), drawn at step
     SCHEDULE = 1
     INPUT_IPC = 2
     OUTPUT_IPC = 3  # get_output(step): output copy -> engine core
+    COUNT = 4
 
 
-class WorkerSlot(enum.IntEnum):
+class WorkerSlot:
     RPC_DISPATCH = 0
     STALL = 1  # the stall's duration (whether it stalls: Actor.STALL)
     CACHED_LOOP = 2
@@ -52,7 +54,7 @@ class WorkerSlot(enum.IntEnum):
     OP_BASE = 8  # row op i of _update_states draws slot OP_BASE + i
 
 
-class GpuSlot(enum.IntEnum):
+class GpuSlot:
     PREP = 0
     FORWARD = 1
     SAMPLE = 2
@@ -60,6 +62,7 @@ class GpuSlot(enum.IntEnum):
     VALID_COUNT_D2H = 4
     DRAFTER = 5
     OUTPUT_D2H = 6
+    COUNT = 7
 
 
 def _mix(z):
@@ -149,15 +152,20 @@ class StepDraws:
         self.n_steps = n_steps
         self.extra = None if extra_slots is None else np.asarray(extra_slots, dtype=np.int64)
         self._blocks: dict[int, list[list[float]]] = {}
+        self._lo, self._cur = -self.BLOCK, []
 
     def get(self, step: int) -> list[float]:
+        i = step - self._lo
+        if 0 <= i < self.BLOCK:  # the block of the last call: most calls
+            return self._cur[i]
         b = step // self.BLOCK
         block = self._blocks.get(b)
         if block is None:
             if len(self._blocks) >= 2:
                 del self._blocks[next(iter(self._blocks))]  # the older of the two
             block = self._blocks[b] = self._compute(b)
-        return block[step - b * self.BLOCK]
+        self._lo, self._cur = b * self.BLOCK, block
+        return block[step - self._lo]
 
     def _compute(self, b: int) -> list[list[float]]:
         lo = b * self.BLOCK

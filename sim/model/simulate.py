@@ -40,7 +40,6 @@ from sim.model.rng import (
     GpuSlot,
     StepDraws,
     WorkerSlot,
-    jittered_ns,
 )
 from sim.model.schedule import Schedule
 
@@ -72,7 +71,9 @@ class Jitter:
     def __call__(self, step: int, slot: int, mean_ns: int) -> int:
         if mean_ns <= 0:
             return 0
-        return jittered_ns(mean_ns, self.draws.get(step)[slot], self.frac)
+        # rng.jittered_ns inlined (the hot path of the SimPy tier): the very same float ops.
+        u = self.draws.get(step)[slot]
+        return int(mean_ns * (1.0 + self.frac * (2.0 * u - 1.0)))
 
 
 class Model:
@@ -83,12 +84,13 @@ class Model:
         policy: Policy,
         seed: int,
         trace: bool = True,
+        env: simpy.Environment | None = None,  # a fresh one unless given (the bench counts)
     ) -> None:
         self.schedule = schedule
         self.t = timing
         self.async_scheduling = schedule.async_scheduling
         self.policy = policy if self.async_scheduling else SYNC_SCHEDULING
-        self.env = simpy.Environment()
+        self.env = simpy.Environment() if env is None else env
         env = self.env
         self.trace_rows: list[tuple] | None = [] if trace else None
         n_steps = len(schedule.steps)
@@ -97,11 +99,11 @@ class Model:
         self.private = np.ones(schedule.max_num_reqs, dtype=np.int64)  # #51599's buffer
         frac = timing.jitter_frac
         n_ops = np.array([len(s.ops) for s in schedule.steps], dtype=np.int64)
-        self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, len(EngineSlot), n_steps), frac)
+        self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps), frac)
         self.jit_worker = Jitter(
             StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops), frac
         )
-        self.jit_gpu = Jitter(StepDraws(seed, Actor.GPU, len(GpuSlot), n_steps), frac)
+        self.jit_gpu = Jitter(StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps), frac)
         self.stall_draws = StepDraws(seed, Actor.STALL, 1, n_steps)
         on_item = self._log_stream_item if trace else None
         self.default_stream = Stream(env, "default_stream", on_item)

@@ -159,9 +159,9 @@ def simulate_points(
     pol = policy if async_sched else SYNC_SCHEDULING
     lag = 2 if async_sched else 1
     n_ops = np.array([len(s.ops) for s in sched_steps], dtype=np.int64)
-    draw_e = StepDraws(seed, Actor.ENGINE, len(EngineSlot), n_steps)
+    draw_e = StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps)
     draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops)
-    draw_g = StepDraws(seed, Actor.GPU, len(GpuSlot), n_steps)
+    draw_g = StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps)
     draw_s = StepDraws(seed, Actor.STALL, 1, n_steps)
     op_mean = {
         "remove": m.worker_remove_ns,
