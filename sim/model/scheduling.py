@@ -27,6 +27,7 @@ version it replaced (tests/test_schedule.py's golden file; ``python -m sim bench
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,9 +53,9 @@ class _ReqStates:
         self.accepted_len = np.array(lens, dtype=np.int64)
         self.accepted_off = np.cumsum(self.accepted_len) - self.accepted_len
         self.accepted_flat = (
-            np.concatenate([r.accepted for r in requests]).astype(np.int64)
+            np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
             if n
-            else np.zeros(0, np.int64)
+            else np.zeros(0, np.int8)
         )
         self.num_computed = np.zeros(n, dtype=np.int64)  # scheduler's optimistic view
         self.generated = np.zeros(n, dtype=np.int64)  # confirmed by update_from_output
@@ -79,10 +80,39 @@ class _Batch:
 
 
 def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
+    schedule, steps = iter_schedule(scenario, seed, num_steps)
+    schedule.steps = list(steps)
+    return schedule
+
+
+def iter_schedule(
+    scenario: Scenario, seed: int, num_steps: int
+) -> tuple[Schedule, Iterator[StepRecord]]:
+    """The schedule's header (``steps`` empty) and its steps one at a time, for runs too long
+    to hold every step: the steps are those of :func:`build_schedule`."""
+    requests = draw_workload(scenario, seed, num_steps)
+    head = Schedule(
+        scenario=scenario.to_dict(),
+        seed=seed,
+        requests=[
+            {
+                "req_id": r.req_id,
+                "arrival_step": r.arrival_step,
+                "prompt_len": r.prompt_len,
+                "output_len": r.output_len,
+                "prefix_hit_tokens": r.prefix_hit_tokens,
+            }
+            for r in requests
+            if r.arrival_step < num_steps
+        ],
+    )
+    return head, _steps(scenario, requests, num_steps)
+
+
+def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Iterator[StepRecord]:
     eng = scenario.engine
     k = eng.num_speculative_tokens
     lag = 2 if eng.async_scheduling else 1
-    requests = draw_workload(scenario, seed, num_steps)
     st = _ReqStates(requests)
     ids = st.req_ids
     next_arrival = 0
@@ -92,7 +122,6 @@ def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
     batch = InputBatchRows(eng.max_num_seqs)
     prev_map: dict[str, int] = {}
     prev_drafts_len = 0
-    steps: list[StepRecord] = []
 
     for step in range(num_steps):
         # update_from_output(step - lag): apply true accepted counts, detect finishes.
@@ -197,28 +226,11 @@ def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
             prev_positions=np.array([prev_map.get(r, -1) for r in row_ids], dtype=np.int64),
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
-        steps.append(rec)
+        yield rec
         prev_map = next_map
         prev_drafts_len = n
         # The scheduler's num_computed advances by what it scheduled (optimistic).
         st.num_computed[sched.idx] += sched.num_tokens
-
-    return Schedule(
-        scenario=scenario.to_dict(),
-        seed=seed,
-        requests=[
-            {
-                "req_id": r.req_id,
-                "arrival_step": r.arrival_step,
-                "prompt_len": r.prompt_len,
-                "output_len": r.output_len,
-                "prefix_hit_tokens": r.prefix_hit_tokens,
-            }
-            for r in requests
-            if r.arrival_step < num_steps
-        ],
-        steps=steps,
-    )
 
 
 def _schedule_step(

@@ -38,7 +38,8 @@ them: a gather indexes rows, a write-back assigns rows.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,8 +56,9 @@ from sim.model.rng import (
     WorkerSlot,
     jittered_ns,
     jittered_ns_array,
+    uniform,
 )
-from sim.model.schedule import Schedule
+from sim.model.schedule import Schedule, StepRecord
 
 READ_COLUMNS_POINTS = {
     "point": "int32",
@@ -143,24 +145,35 @@ def simulate_points(
     *,
     keep_reads: bool = True,
     keep_timing: bool = True,
+    steps: Iterable[StepRecord] | None = None,
+    n_steps: int | None = None,
+    on_reads: Callable[[pd.DataFrame], None] | None = None,
+    batch_steps: int = 4096,
 ) -> PointsResult:
     """Simulate ``schedule`` under ``policy`` once per timing point (all with ``seed``).
 
     Point ``p`` equals ``simulate(schedule, timings[p], policy, seed)`` read by read.
     ``keep_reads``: the per-read table (one row per point and read: large); without it only
-    the per-point summaries are built, in O(points x rows) memory whatever the step count.
+    the per-point summaries are built.
+
+    Streaming (bounded memory, for long runs): pass the header as ``schedule``, the steps as
+    an iterator ``steps`` (e.g. from :func:`sim.model.scheduling.iter_schedule`) with their
+    count ``n_steps``, ``keep_timing=False``, and ``on_reads``: it receives the reads every
+    ``batch_steps`` steps (sorted by point within a batch) and nothing is kept; state is
+    O(points x rows) whatever the step count.
     """
     _check(timings)
-    sched_steps = schedule.steps
-    n_steps = len(sched_steps)
+    if steps is None:
+        steps, n_steps = schedule.steps, len(schedule.steps)
+    elif n_steps is None:
+        raise SpecraceError("simulate_points: give n_steps with a step iterator")
     P = len(timings)
     m = _Means(timings)
     async_sched = schedule.async_scheduling
     pol = policy if async_sched else SYNC_SCHEDULING
     lag = 2 if async_sched else 1
-    n_ops = np.array([len(s.ops) for s in sched_steps], dtype=np.int64)
     draw_e = StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps)
-    draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops)
+    draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps)  # + row ops per step
     draw_g = StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps)
     draw_s = StepDraws(seed, Actor.STALL, 1, n_steps)
     op_mean = {
@@ -188,15 +201,20 @@ def simulate_points(
         res.forward_start_ns = np.zeros((n_steps, P), np.int64)
         res.wait_ns = np.zeros((n_steps, P), np.int64)
         res.op_write_ns = []
-    acc = _Accumulator(schedule, pol, P, keep_reads)
+    acc = _Accumulator(pol, P, keep_reads or on_reads is not None)
+    recent: deque[StepRecord] = deque(maxlen=lag + 1)  # steps N - lag .. N
     fwd_first = fwd_last = zero
     wait_sum = zero
 
-    for n, rec in enumerate(sched_steps):
+    for n, rec in enumerate(steps):
+        recent.append(rec)
         ue, uw, ug = draw_e.get(n), draw_w.get(n), draw_g.get(n)
+        if rec.ops:  # the row ops' slots follow the fixed ones (same keys as the SimPy tier)
+            slots = WorkerSlot.OP_BASE + np.arange(len(rec.ops), dtype=np.int64)
+            uw = uw + uniform(seed, n, Actor.WORKER, slots).tolist()
         # -- engine core ---------------------------------------------------------------
         if n >= lag:
-            n_prev = sched_steps[n - lag].num_reqs
+            n_prev = recent[0].num_reqs
             e = _mx(e, out_at_engine[n - lag]) + m.jit(
                 m.engine_update_ns_per_req * max(n_prev, 1), ue[EngineSlot.UPDATE]
             )
@@ -218,7 +236,8 @@ def simulate_points(
             wait = w - w0
         # -- _update_states: the row ops, with step N-1's DMA landing among them -----------
         pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
-        prev_acc = sched_steps[n - 1].accepted.astype(np.int8) if n > 0 else None
+        prev_rec = recent[-2] if n > 0 else None
+        prev_acc = prev_rec.accepted.astype(np.int8) if n > 0 else None
         first_write = None  # write time of the first writing op (the earliest write)
         near = None  # min |land - write| over writing ops
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
@@ -258,7 +277,7 @@ def simulate_points(
             cpu = cpu[:, None]
         cpu = np.broadcast_to(cpu, (rec.num_reqs, P))
         if n > 0:
-            acc.step(n, cpu, land_prev, read, first_write, near)
+            acc.step(n, rec, prev_rec, cpu, land_prev, read, first_write, near)
             # The rest land before step N+1's first row op (see the module docstring).
             _land(buf, private, prev_acc, pending, pending)
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
@@ -297,6 +316,9 @@ def simulate_points(
         d_free, valid_free, out_free = drafter_end, valid_end, out_end
         prep_end_prev, land_prev, valid_end_prev = prep_end, land, valid_end
         sim_end = _mx(_mx(sim_end, out_eng), _mx(valid_end, w))
+        acc.add_step(rec)
+        if on_reads is not None and (n + 1) % batch_steps == 0:
+            on_reads(acc.table())
         fwd_first = fwd_start if n == 0 else fwd_first
         fwd_last = fwd_start
         wait_sum = wait_sum + wait
@@ -308,7 +330,11 @@ def simulate_points(
             res.op_write_ns.append(np.array(op_times, dtype=np.int64).reshape(len(rec.ops), P))
 
     res.sim_time_ns = np.broadcast_to(sim_end, (P,)).copy()
-    res.reads = acc.table() if keep_reads else None
+    if on_reads is not None:
+        if acc.parts:
+            on_reads(acc.table())
+    else:
+        res.reads = acc.table() if keep_reads else None
     res.summaries = acc.summaries(
         np.broadcast_to(fwd_first, (P,)),
         np.broadcast_to(fwd_last, (P,)),
@@ -354,9 +380,10 @@ def _count(mask: np.ndarray) -> np.ndarray:
 class _Accumulator:
     """The per-read verdicts of each step (sim.model.reads), kept as a table or as counts."""
 
-    def __init__(self, schedule: Schedule, pol: Policy, P: int, keep_reads: bool) -> None:
-        self.schedule = schedule
+    def __init__(self, pol: Policy, P: int, keep_reads: bool) -> None:
         self.pol = pol
+        self.steps = 0
+        self.tokens = 0  # accepted tokens of rows that sample, over all steps
         self.P = P
         self.keep = keep_reads
         self.parts: list[dict[str, np.ndarray]] = []
@@ -369,8 +396,11 @@ class _Accumulator:
         self.req_index: dict[str, int] = {}
         self.corrupted: list[np.ndarray] = []  # (point, request index) pairs, GPU-wrong
 
-    def step(self, n, cpu_all, land, read, first_write, near) -> None:
-        cur, prev = self.schedule.steps[n], self.schedule.steps[n - 1]
+    def add_step(self, rec: StepRecord) -> None:
+        self.steps += 1
+        self.tokens += int(rec.accepted[~rec.discard].sum())
+
+    def step(self, n, cur, prev, cpu_all, land, read, first_write, near) -> None:
         pp = cur.prev_positions
         rows = np.flatnonzero(pp >= 0)
         if rows.size == 0:
@@ -438,17 +468,17 @@ class _Accumulator:
             )
 
     def table(self) -> pd.DataFrame:
+        """The reads kept so far (and forget them)."""
         if not self.parts:
             return pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS_POINTS.items()})
         cols = {c: np.concatenate([p[c] for p in self.parts]) for c in READ_COLUMNS_POINTS}
+        self.parts = []
         order = np.argsort(cols["point"], kind="stable")  # (step, point, row) -> (point, ...)
         df = pd.DataFrame({c: v[order] for c, v in cols.items()})
         return df.astype(READ_COLUMNS_POINTS)
 
     def summaries(self, fwd_first, fwd_last, wait_sum, sim_time) -> list[dict]:
-        s = self.schedule
-        steps = len(s.steps)
-        tokens = int(sum(int(st.accepted[~st.discard].sum()) for st in s.steps))
+        steps, tokens = self.steps, self.tokens
         pairs = np.concatenate(self.corrupted) if self.corrupted else np.zeros((0, 2), np.int64)
         corrupted = np.zeros(self.P, np.int64)
         if len(pairs):
