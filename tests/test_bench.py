@@ -43,3 +43,4 @@ def test_event_mix_counts_every_scheduled_event() -> None:
 
 def test_peak_rss_of_a_child_run() -> None:
     assert 10 < peak_rss_mb(20) < 4000
+    assert 10 < peak_rss_mb(20, streamed=True) < 4000

@@ -248,3 +248,30 @@ def test_bad_points_are_one_clear_error() -> None:
     zero = replace(MINIMAL.timing, gpu_sample_ns=0, dma_land_delay_ns=0)
     with pytest.raises(SpecraceError, match="both jitter to 0"):
         simulate_points(sched, [zero], pol, 0)
+
+
+# -- the streamed long run: same files, bounded state --------------------------------------
+@pytest.mark.parametrize(
+    "scenario,steps,batch", [(BASE, 90, 7), (MINIMAL, 8, 3), (MINIMAL, 1, 4096)]
+)
+def test_streamed_run_writes_what_a_full_run_writes(tmp_path, scenario, steps, batch) -> None:
+    import pyarrow.parquet as pq
+
+    from sim.model import schedule as schedule_mod
+    from sim.runs.run import run_policy, run_streaming
+
+    policy = POLICIES["synced-gather"]
+    summary = run_streaming(tmp_path, scenario, policy, 2, steps, batch_steps=batch)
+    sched = build_schedule(scenario, 2, steps)
+    assert (tmp_path / "schedule.json").read_text() == schedule_mod.dumps(sched)
+    full = run_policy(sched, scenario, policy, 2, trace=False)
+    assert summary == full.summary
+    got = pd.read_parquet(tmp_path / "reads.parquet")
+    pd.testing.assert_frame_equal(got, full.reads)
+    groups = pq.ParquetFile(tmp_path / "reads.parquet").num_row_groups
+    assert groups == max(1, -(-(steps - 1) // batch)) or len(got) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "meta.json",
+        "reads.parquet",
+        "schedule.json",
+    ]

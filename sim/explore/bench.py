@@ -165,22 +165,35 @@ def _schedule_rates(scenario, steps: int, repeats: int = 3) -> dict:
     return out
 
 
-def peak_rss_mb(steps: int) -> float:
-    """Peak RSS (MB) of a child process that builds a schedule of ``steps`` and simulates it
-    (SimPy tier, no trace), with its reads and summary: what ``sim run --no-trace`` holds."""
+def peak_rss_mb(steps: int, streamed: bool = False) -> float:
+    """Peak RSS (MB) of a child process that runs ``steps`` steps of one policy: the SimPy
+    tier holding the whole schedule, its reads and summary (``sim run --no-trace``), or
+    ``streamed``: :func:`sim.runs.run.run_streaming` writing its files to a temp folder."""
+    if streamed:
+        body = (
+            "import tempfile\n"
+            "from pathlib import Path\n"
+            "from sim.runs.run import run_streaming\n"
+            "with tempfile.TemporaryDirectory() as d:\n"
+            f"    run_streaming(Path(d), sc, POLICIES[{POLICY!r}], 0, {steps})\n"
+        )
+    else:
+        body = (
+            "from sim.model.scheduling import build_schedule\n"
+            "from sim.runs.run import run_policy\n"
+            f"s = build_schedule(sc, 0, {steps})\n"
+            f"run_policy(s, sc, POLICIES[{POLICY!r}], 0, trace=False)\n"
+        )
     code = (
         "import resource\n"
         "from sim.model.params import load_scenario\n"
         "from sim.model.policies import POLICIES\n"
-        "from sim.model.scheduling import build_schedule\n"
-        "from sim.runs.run import run_policy\n"
         f"sc = load_scenario({SCENARIO!r})\n"
-        f"s = build_schedule(sc, 0, {steps})\n"
-        f"run_policy(s, sc, POLICIES[{POLICY!r}], 0, trace=False)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        + body
+        + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
     r = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=3600
     )
     if r.returncode != 0:
         return -1.0
@@ -238,9 +251,15 @@ def main(
 
     sched_rates = _schedule_rates(scenario, steps)
     print("schedule: " + ", ".join(f"{k}={v}" for k, v in sched_rates.items()))
-    rss = peak_rss_mb(long_steps) if long_steps else -1.0
+    rss: dict[str, float] = {}
     if long_steps:
-        print(f"peak RSS of a {long_steps}-step SimPy run (no trace): {rss} MB")
+        for n in sorted({max(long_steps // 4, 1), long_steps}):
+            rss[f"peak_rss_mb_simpy_{n}"] = peak_rss_mb(n)
+            rss[f"peak_rss_mb_streamed_{n}"] = peak_rss_mb(n, streamed=True)
+        print(
+            "peak RSS (MB) of one run in a child process: "
+            + ", ".join(f"{k.removeprefix('peak_rss_mb_')}={v}" for k, v in rss.items())
+        )
     print(
         json.dumps(
             {
@@ -261,7 +280,7 @@ def main(
                 "vector_matches_simpy_sample": same,
                 **sched_rates,
                 "long_steps": long_steps,
-                "peak_rss_mb": rss,
+                **rss,
             },
             sort_keys=True,
         )

@@ -317,7 +317,7 @@ def simulate_points(
         prep_end_prev, land_prev, valid_end_prev = prep_end, land, valid_end
         sim_end = _mx(_mx(sim_end, out_eng), _mx(valid_end, w))
         acc.add_step(rec)
-        if on_reads is not None and (n + 1) % batch_steps == 0:
+        if on_reads is not None and (n + 1) % batch_steps == 0 and acc.parts:
             on_reads(acc.table())
         fwd_first = fwd_start if n == 0 else fwd_first
         fwd_last = fwd_start
