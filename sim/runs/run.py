@@ -86,7 +86,7 @@ def write_run(
 
 
 def run_streaming(
-    out: Path, scenario: Scenario, policy: Policy, seed: int, steps: int, batch_steps: int = 8192
+    out: Path, scenario: Scenario, policy: Policy, seed: int, steps: int, batch_steps: int = 1024
 ) -> dict:
     """One policy over ``steps`` steps in bounded memory: ``schedule.json`` (the same bytes
     as :func:`sim.model.schedule.dumps`), ``reads.parquet`` (one row group per
