@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sim.model.simulate as simulate_mod
+import sim.model.vector as vector_mod
 from sim.errors import SpecraceError
 from sim.explore.swarm import draw_timing
 from sim.model.params import EngineParams, LengthParams, Scenario, TimingParams, load_scenario
@@ -130,6 +131,18 @@ def check_all_policies(sc: Scenario, seed: int, steps: int, timings: list[Timing
         res = simulate_points(sched, timings, policy, seed)
         diffs = differences(sched, timings, policy, seed, res)
         assert not diffs, "\n".join(diffs[:10])
+        # Counts without the table: the sparse path (only wrong CPU values) where it is exact
+        # and cheaper, else dense; forced sparse wherever it is exact. Same summaries.
+        for sparse_max in (vector_mod._Accumulator.SPARSE_MAX, 1.0):
+            saved, vector_mod._Accumulator.SPARSE_MAX = (
+                vector_mod._Accumulator.SPARSE_MAX,
+                sparse_max,
+            )
+            try:
+                counts = simulate_points(sched, timings, policy, seed, keep_reads=False)
+            finally:
+                vector_mod._Accumulator.SPARSE_MAX = saved
+            assert counts.summaries == res.summaries, (policy.name, sparse_max)
 
 
 @settings(

@@ -410,16 +410,6 @@ class _Accumulator:
         true = prev.accepted[src]
         prev_drafts = prev.drafts[src]
         participating = cur.prev_num_draft_tokens[src] > 0
-        # (reads, points), in int8: counts are 1..k+1 <= 16, and a narrow dtype is what makes
-        # the per-read work of 10^4 points cheap. The policy's own functions decide.
-        cpu = (cpu_all if nr == len(cpu_all) else cpu_all[rows]).astype(np.int8)
-        true_c = true.astype(np.int8)[:, None]
-        gpu = self.pol.gpu_consumed(cpu, true_c, participating[:, None])
-        gpu = np.broadcast_to(gpu, (nr, P))
-        cpu_wrong = np.asarray(self.pol.cpu_wrong(cpu, true_c))
-        if cpu_wrong.shape != (nr, P):  # a policy that reads no buffer: one answer per read
-            cpu_wrong = np.broadcast_to(cpu_wrong.reshape(nr, -1), (nr, P))
-        gpu_wrong = gpu != true_c
         # The step's hazard kind and margin, per point (reads.build_reads).
         unlanded = (land < 0) | (land > read)
         if first_write is None:
@@ -430,19 +420,34 @@ class _Accumulator:
             margin_landed = near
         kind = np.where(unlanded, _UNLANDED, kind_landed)
         margin = np.where(unlanded, np.where(land >= 0, land - read, -1), margin_landed)
+        self.n_reads += nr
+        cpu_rows = cpu_all if nr == len(cpu_all) else cpu_all[rows]
+        if not self.keep and self._sparse_step(
+            cur, rows, cpu_rows, true, participating, prev_drafts, kind
+        ):
+            return
+        # Dense: every (read, point) through the policy's functions, in int8 (counts are
+        # 1..k+1 <= 16; a narrow dtype is what makes 10^4 points cheap).
+        cpu = cpu_rows.astype(np.int8)
+        true_c = true.astype(np.int8)[:, None]
+        gpu = self.pol.gpu_consumed(cpu, true_c, participating[:, None])
+        gpu = np.broadcast_to(gpu, (nr, P))
+        cpu_wrong = np.asarray(self.pol.cpu_wrong(cpu, true_c))
+        if cpu_wrong.shape != (nr, P):  # a policy that reads no buffer: one answer per read
+            cpu_wrong = np.broadcast_to(cpu_wrong.reshape(nr, -1), (nr, P))
+        gpu_wrong = gpu != true_c
         wrong = cpu_wrong | gpu_wrong
         first = np.flatnonzero(prev_drafts == 0)  # only these can lose the prompt state
         lost_first = gpu_wrong[first] & (gpu[first] > 1)
-        self.n_reads += nr
         self.cpu_wrong += _count(cpu_wrong)
-        self.gpu_wrong += _count(gpu_wrong)
+        n_gpu_wrong = _count(gpu_wrong)
+        self.gpu_wrong += n_gpu_wrong
         self.lost += _count(lost_first)
         n_wrong = _count(wrong)
         self.by_kind[kind, self.points] += n_wrong  # one (kind, point) per point: no repeats
-        if gpu_wrong.any():
-            ids = [self.req_index.setdefault(cur.req_ids[r], len(self.req_index)) for r in rows]
+        if n_gpu_wrong.any():
             r_idx, p_idx = np.nonzero(gpu_wrong)
-            self.corrupted.append(np.stack([p_idx, np.asarray(ids)[r_idx]], axis=1))
+            self._corrupt(cur, rows[r_idx], p_idx)
         if self.keep:
             lost = np.zeros((nr, P), dtype=bool)
             lost[first] = lost_first
@@ -466,6 +471,44 @@ class _Accumulator:
                     "margin_ns": np.repeat(margin, nr),
                 }
             )
+
+    SPARSE_MAX = 0.05  # above this fraction of wrong CPU values the dense path is cheaper
+
+    def _sparse_step(self, cur, rows, cpu_rows, true, participating, prev_drafts, kind) -> bool:
+        """The step's counts from its wrong CPU values only, if that is exact and cheaper.
+
+        The policy functions are elementwise; where a CPU value equals the truth a policy
+        (checked on this step's rows) consumes the truth and calls nothing wrong, so only the
+        mismatched (read, point) pairs can be wrong. Returns False to take the dense path.
+        """
+        P, nr = self.P, len(rows)
+        probe_gpu = np.asarray(self.pol.gpu_consumed(true, true, participating))
+        if (probe_gpu != true).any() or np.asarray(self.pol.cpu_wrong(true, true)).any():
+            return False
+        mis = cpu_rows != true[:, None]
+        n_mis = int(np.count_nonzero(mis))
+        if n_mis > self.SPARSE_MAX * nr * P:
+            return False
+        if n_mis == 0:
+            return True
+        r_idx, p_idx = np.nonzero(mis)
+        c, t = cpu_rows[r_idx, p_idx], true[r_idx]
+        g = np.asarray(self.pol.gpu_consumed(c, t, participating[r_idx]))
+        cw = np.broadcast_to(np.asarray(self.pol.cpu_wrong(c, t)), (n_mis,))
+        gw = g != t
+        lost = gw & (prev_drafts[r_idx] == 0) & (g > 1)
+        self.cpu_wrong += np.bincount(p_idx[cw], minlength=P)
+        self.gpu_wrong += np.bincount(p_idx[gw], minlength=P)
+        self.lost += np.bincount(p_idx[lost], minlength=P)
+        self.by_kind[kind, self.points] += np.bincount(p_idx[cw | gw], minlength=P)
+        if gw.any():
+            self._corrupt(cur, rows[r_idx[gw]], p_idx[gw])
+        return True
+
+    def _corrupt(self, cur, rows: np.ndarray, points: np.ndarray) -> None:
+        """Remember (point, request) of GPU-wrong reads: corrupted_requests counts them."""
+        ids = [self.req_index.setdefault(cur.req_ids[r], len(self.req_index)) for r in rows]
+        self.corrupted.append(np.stack([points, np.asarray(ids, dtype=np.int64)], axis=1))
 
     def table(self) -> pd.DataFrame:
         """The reads kept so far (and forget them)."""
