@@ -209,7 +209,7 @@ def simulate_points(
     zero = np.zeros(P, dtype=np.int64)
     e = w = d_free = valid_free = out_free = zero
     prep_end_prev = land_prev = valid_end_prev = zero
-    out_at_engine: list[np.ndarray] = []
+    out_at_engine: deque[np.ndarray] = deque(maxlen=lag)  # steps N - lag .. N - 1
     sim_end = zero
 
     res = PointsResult(pol.name, P, n_steps)
@@ -233,7 +233,7 @@ def simulate_points(
         # -- engine core ---------------------------------------------------------------
         if n >= lag:
             n_prev = recent[0].num_reqs
-            e = _mx(e, out_at_engine[n - lag]) + m.jit(
+            e = _mx(e, out_at_engine[0]) + m.jit(
                 m.engine_update_ns_per_req * max(n_prev, 1), ue[EngineSlot.UPDATE]
             )
         sched_ns = m.engine_schedule_ns_base + m.engine_schedule_ns_per_req * rec.num_reqs
@@ -327,8 +327,6 @@ def simulate_points(
         )
         out_eng = out_end + m.jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])
         out_at_engine.append(out_eng)
-        if len(out_at_engine) > lag:  # only step N - lag is ever read again
-            out_at_engine[-lag - 1] = None  # type: ignore[call-overload]
         if not async_sched:
             w = _mx(w, out_end)
         d_free, valid_free, out_free = drafter_end, valid_end, out_end
