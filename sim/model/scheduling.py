@@ -261,24 +261,31 @@ def _schedule_step(
 
     parts: list[tuple[np.ndarray, ...]] = []
     if running:
-        # Each running request takes its whole demand (the rest of its prefill, or 1 + k)
-        # while the budget lasts; the first that does not fit takes what is left.
         r = np.array(running, dtype=np.int64)
         nc, tgt = st.num_computed[r], st.prefill_target[r]
         prefill = nc < tgt
-        demand = np.where(prefill, tgt - nc, 1 + k)
-        cum = np.cumsum(demand)
-        n_full = int(np.searchsorted(cum, budget, side="right"))
-        left = budget - (int(cum[n_full - 1]) if n_full else 0)
-        n_take = n_full + (1 if n_full < len(r) and left > 0 else 0)
-        tokens = demand[:n_take].copy()
-        if n_take > n_full:
-            tokens[-1] = left
-        r, nc, tgt, prefill = r[:n_take], nc[:n_take], tgt[:n_take], prefill[:n_take]
-        budget -= int(tokens.sum())
-        drafts = np.where(prefill, 0, tokens - 1)
-        samples = ~prefill | (nc + tokens >= tgt)
-        parts.append((r, st.epoch[r], tokens, drafts, _accept(st, r, drafts), samples))
+        if len(r) * (1 + k) <= budget and not prefill.any():
+            # The steady state: every running request decodes with k drafts, and all fit.
+            budget -= len(r) * (1 + k)
+            drafts = np.full(len(r), k, dtype=np.int64)
+            samples = np.ones(len(r), dtype=bool)
+            parts.append((r, st.epoch[r], drafts + 1, drafts, _accept(st, r, drafts), samples))
+        else:
+            # Each running request takes its whole demand (the rest of its prefill, or
+            # 1 + k) while the budget lasts; the first that does not fit takes what is left.
+            demand = np.where(prefill, tgt - nc, 1 + k)
+            cum = np.cumsum(demand)
+            n_full = int(np.searchsorted(cum, budget, side="right"))
+            left = budget - (int(cum[n_full - 1]) if n_full else 0)
+            n_take = n_full + (1 if n_full < len(r) and left > 0 else 0)
+            tokens = demand[:n_take].copy()
+            if n_take > n_full:
+                tokens[-1] = left
+            r, nc, tgt, prefill = r[:n_take], nc[:n_take], tgt[:n_take], prefill[:n_take]
+            budget -= int(tokens.sum())
+            drafts = np.where(prefill, 0, tokens - 1)
+            samples = ~prefill | (nc + tokens >= tgt)
+            parts.append((r, st.epoch[r], tokens, drafts, _accept(st, r, drafts), samples))
     new_ids: list[str] = []
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
         i = waiting.popleft()
