@@ -187,15 +187,21 @@ def region_of(
 
 
 def reorder_batch_to_split_decodes_and_prefills(
-    batch: InputBatchRows, num_scheduled_tokens: dict[str, int], decode_threshold: int
+    batch: InputBatchRows,
+    num_scheduled_tokens: dict[str, int] | np.ndarray,
+    decode_threshold: int,
 ) -> bool:
     """vLLM's reorder: decode < short_extend < long_extend < prefill, by cycle-following
     ``swap_states``. Each cycle keeps a fixed pivot row, so its swaps are (p, d1), (p, d2),
     ...; the order inside a region is not kept. Returns whether the batch changed.
+
+    ``num_scheduled_tokens``: by request id (vLLM's dict), or an array by row (faster).
     """
     n = batch.num_reqs
-    ids = batch.req_ids
-    sched = np.array([num_scheduled_tokens[r] for r in ids], dtype=np.int64)
+    if isinstance(num_scheduled_tokens, np.ndarray):
+        sched = num_scheduled_tokens[:n]
+    else:
+        sched = np.array([num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
     regions = region_of(
         sched, batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n], decode_threshold
     )

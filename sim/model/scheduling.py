@@ -166,6 +166,9 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             batch.remove_request(req_id)
             prev_map.pop(req_id, None)
         prev_num_draft_tokens = np.zeros(prev_drafts_len, dtype=np.int64)
+        # Each scheduled request's row in the previous step (prev_req_id_to_index), -1 if none.
+        get_prev = prev_map.get
+        prev_of = np.array([get_prev(rid, -1) for rid in sched_rids], dtype=np.int64)
         new_set = set(new_ids)
         to_add: list[int] = [pos[r] for r in new_ids]  # positions in sched
         resumed: list[str] = []
@@ -184,9 +187,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             ci = sched.idx[cached]
             prev_len = st.prev_num_draft_len[ci]
             if eng.async_scheduling:
-                get_prev = prev_map.get
-                prev_row = np.array([get_prev(rid, -1) for rid in sched_rids], dtype=np.int64)
-                prev_row = prev_row[cached]
+                prev_row = prev_of[cached]
                 use = (prev_len > 0) & (prev_row >= 0)
                 prev_num_draft_tokens[prev_row[use]] = prev_len[use]
             batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
@@ -197,18 +198,28 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         # one was reset to 0 first, then set on add).
         st.prev_num_draft_len[sched.idx] = sched.drafts
         batch.condense()
-        num_sched = dict(zip(sched_rids, sched.num_tokens.tolist(), strict=True))
-        reorder_batch_to_split_decodes_and_prefills(batch, num_sched, eng.reorder_batch_threshold)
+        # Every row holds a scheduled request now: the reorder gets tokens per row.
+        index = batch.req_id_to_index
+        row_of = np.array([index[rid] for rid in sched_rids], dtype=np.int64)
+        n = len(row_of)
+        tokens_by_row = np.empty(n, dtype=np.int64)
+        tokens_by_row[row_of] = sched.num_tokens
+        if reorder_batch_to_split_decodes_and_prefills(
+            batch, tokens_by_row, eng.reorder_batch_threshold
+        ):
+            row_of = np.array([index[rid] for rid in sched_rids], dtype=np.int64)
         batch.end_step()
 
         row_ids = batch.req_ids
-        n = len(row_ids)
-        at = np.array([pos[r] for r in row_ids], dtype=np.int64)  # row -> position in sched
+        at = np.empty(n, dtype=np.int64)  # row -> position in sched
+        at[row_of] = np.arange(n)
         samples = sched.samples[at]
         # prev_req_id_to_index for the next step (StepRecord.prev_req_id_to_index).
-        next_map = {
-            r: i for i, (r, ok) in enumerate(zip(row_ids, samples.tolist(), strict=True)) if ok
-        }
+        if samples.all():
+            next_map = dict(zip(row_ids, range(n), strict=True))
+        else:
+            keep = samples.tolist()
+            next_map = {r: i for i, (r, ok) in enumerate(zip(row_ids, keep, strict=True)) if ok}
         rec = StepRecord(
             step=step,
             finished=finished,
@@ -223,7 +234,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             drafts=sched.drafts[at],
             accepted=sched.accepted[at],
             discard=~samples,
-            prev_positions=np.array([prev_map.get(r, -1) for r in row_ids], dtype=np.int64),
+            prev_positions=prev_of[at],
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
         yield rec
