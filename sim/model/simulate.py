@@ -7,6 +7,11 @@ counts buffer is a numpy array that every writer updates at its SimPy time, with
 log in the trace; a read returns the buffer's content at the read's time, so the outcome of
 every interleaving is computed, not guessed. Tie rule: see :mod:`sim.model.cuda`.
 
+Every duration is ``mean * (1 + jitter)`` with the jitter (and whether the worker stalls)
+drawn from counter-based streams keyed by (seed, step, actor, slot) (:mod:`sim.model.rng`),
+so a draw does not depend on when it is made. :mod:`sim.model.vector` is the same model as a
+per-step recurrence over many timing points, held to this one read by read.
+
 Per step N (vllm-mechanics.md §1, §8, §11):
 
 - engine core: ``schedule(N)`` -> input IPC; under async scheduling ``schedule(N+1)``
