@@ -130,10 +130,16 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         if done is not None and len(done.idx):
             i = done.idx
             live = st.epoch[i] == done.epoch  # else preempted since: the recompute supersedes
-            d = live & (done.drafts > 0)
-            st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
-            smp = live & done.samples
-            st.generated[i[smp]] += done.accepted[smp]
+            if live.all():  # no preemption since: every row applies (the common step)
+                # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
+                st.num_computed[i] -= done.drafts - (done.accepted - 1)
+                st.generated[i] += np.where(done.samples, done.accepted, 0)
+                smp = done.samples
+            else:
+                d = live & (done.drafts > 0)
+                st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
+                smp = live & done.samples
+                st.generated[i[smp]] += done.accepted[smp]
             fin = smp & (st.generated[i] >= st.output_len[i]) & st.running[i]
             if fin.any():
                 st.running[i[fin]] = False
@@ -336,8 +342,18 @@ def _schedule_step(
 def _accept(st: _ReqStates, r: np.ndarray, drafts: np.ndarray) -> np.ndarray:
     """True accepted counts (Request.accepted_at) of requests ``r`` taking ``drafts`` drafts;
     a drafted step advances the request's speculative-step index."""
-    accepted = np.ones(len(r), dtype=np.int64)
     has = drafts > 0
+    if len(r) and has.all():  # the steady state: every request drafts
+        ss = st.spec_steps[r]
+        st.spec_steps[r] = ss + 1
+        drawn = ss < st.accepted_len[r]
+        if drawn.all():
+            return np.minimum(st.accepted_flat[st.accepted_off[r] + ss], 1 + drafts)
+        accepted = np.ones(len(r), dtype=np.int64)
+        flat = st.accepted_flat[st.accepted_off[r[drawn]] + ss[drawn]]
+        accepted[drawn] = np.minimum(flat, 1 + drafts[drawn])
+        return accepted
+    accepted = np.ones(len(r), dtype=np.int64)
     if has.any():
         ss = st.spec_steps[r]
         drawn = has & (ss < st.accepted_len[r])
