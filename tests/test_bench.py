@@ -4,10 +4,14 @@ is asserted: benchmarks print, the machine is shared)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from sim.explore.bench import bare_mix, event_mix, main, peak_rss_mb
+import pytest
+
+from sim.explore.bench import bare_mix, event_mix, main, old_build_schedule, peak_rss_mb
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
+from sim.model.schedule import dumps
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import Model
 
@@ -44,3 +48,33 @@ def test_event_mix_counts_every_scheduled_event() -> None:
 def test_peak_rss_of_a_child_run() -> None:
     assert 10 < peak_rss_mb(20) < 4000
     assert 10 < peak_rss_mb(20, streamed=True) < 4000
+
+
+def test_schedule_before_and_after_are_the_same_bytes() -> None:
+    """The array-based build_schedule against the per-object one it replaced (from git)."""
+    old = old_build_schedule()
+    if old is None:
+        pytest.skip("no git history here")
+    base = load_scenario("qwen35-mtp3")
+    small = replace(
+        base.workload,
+        initial_requests=20,
+        arrival_rate_per_step=1.0,
+        prefix_hit_prob=0.3,
+        prompt_len=replace(base.workload.prompt_len, mean=100.0),
+        output_len=replace(base.workload.output_len, mean=30.0),
+    )
+    cases = [(load_scenario("minimal-race"), 8), (base, 150)]
+    for kv, asy, thr in ((0, True, False), (3000, True, True), (3000, False, False)):
+        engine = replace(
+            base.engine,
+            kv_cache_capacity_tokens=kv,
+            async_scheduling=asy,
+            reorder_threshold_is_one=thr,
+            max_num_seqs=16,
+            max_num_batched_tokens=300,
+        )
+        cases.append((replace(base, engine=engine, workload=small), 150))
+    for sc, steps in cases:
+        for seed in (0, 7):
+            assert dumps(old(sc, seed, steps)) == dumps(build_schedule(sc, seed, steps))

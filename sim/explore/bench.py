@@ -33,6 +33,7 @@ from sim.explore.swarm import draw_timing
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
 from sim.model.reads import build_reads, summarize
+from sim.model.schedule import dumps
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import Model
 from sim.model.vector import simulate_points
@@ -125,7 +126,7 @@ def _simpy_tier(schedule, timings, policy, seed: int) -> tuple[float, list[dict]
     return _cpu() - t0, out
 
 
-def _old_build_schedule():
+def old_build_schedule():
     """``build_schedule`` (with its InputBatchRows) as of :data:`SCHEDULE_BEFORE`, or None."""
     mods = {}
     for name in ("input_batch", "scheduling"):
@@ -152,7 +153,7 @@ def _old_build_schedule():
 
 
 def _schedule_rates(scenario, steps: int, repeats: int = 3) -> dict:
-    old = _old_build_schedule()
+    old = old_build_schedule()
     new_s, old_s = [], []
     for _ in range(repeats):  # interleaved, best of: the machine is shared
         t0 = _cpu()
@@ -162,10 +163,12 @@ def _schedule_rates(scenario, steps: int, repeats: int = 3) -> dict:
             t0 = _cpu()
             old(scenario, 0, steps)
             old_s.append(_cpu() - t0)
-    out = {"schedule_steps_per_s": round(steps / min(new_s), 1)}
+    out: dict = {"schedule_steps_per_s": round(steps / min(new_s), 1)}
     if old_s:
         out["schedule_steps_per_s_before"] = round(steps / min(old_s), 1)
         out["schedule_speedup"] = round(min(old_s) / min(new_s), 2)
+        same = dumps(old(scenario, 0, steps)) == dumps(build_schedule(scenario, 0, steps))
+        out["schedule_identical_before_after"] = same
     return out
 
 
