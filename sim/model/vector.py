@@ -256,8 +256,8 @@ def simulate_points(
         pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
         prev_rec = recent[-2] if n > 0 else None
         prev_acc = prev_rec.accepted.astype(np.int8) if n > 0 else None
-        first_write = None  # write time of the first writing op (the earliest write)
-        near = None  # min |land - write| over writing ops
+        writes: list[np.ndarray] = []  # write times of the writing ops, in order
+        any_pending = n > 0
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
         cached_done = False
         op_times = [] if keep_timing else None
@@ -268,16 +268,13 @@ def simulate_points(
                 )
                 cached_done = True
             w = w + m.jit(op_mean[op.kind], uw[WorkerSlot.OP_BASE + i])
-            if n > 0:
-                _land(buf, private, prev_acc, pending, land_prev <= w)
+            if any_pending:
+                any_pending = _land(buf, private, prev_acc, pending, land_prev <= w)
             _apply_op(buf, op)
             if op_times is not None:
                 op_times.append(w)
             if op.kind != "remove":
-                if first_write is None:
-                    first_write = w
-                d = np.abs(land_prev - w)
-                near = d if near is None else np.minimum(near, d)
+                writes.append(w)
         if not cached_done:
             w = w + m.jit(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
         w = w + m.jit(m.worker_refresh_metadata_ns, uw[WorkerSlot.REFRESH])
@@ -288,16 +285,17 @@ def simulate_points(
             w = _mx(w, land_prev) + m.worker_event_sync_ns
             wait = wait + (w - w0)
         read = w
-        if n > 0:
-            _land(buf, private, prev_acc, pending, land_prev <= read)
+        if any_pending:
+            any_pending = _land(buf, private, prev_acc, pending, land_prev <= read)
         cpu = pol.cpu_read(buf, private, rec.prev_positions, rec.num_reqs)
         if cpu.ndim == 1:  # a build that reads no buffer (fill 1) is the same for every point
             cpu = cpu[:, None]
         cpu = np.broadcast_to(cpu, (rec.num_reqs, P))
         if n > 0:
-            acc.step(n, rec, prev_rec, cpu, land_prev, read, first_write, near)
+            acc.step(n, rec, prev_rec, cpu, land_prev, read, writes)
             # The rest land before step N+1's first row op (see the module docstring).
-            _land(buf, private, prev_acc, pending, pending)
+            if any_pending:
+                _land(buf, private, prev_acc, pending, pending)
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
         w = w + m.jit(prep2_ns, uw[WorkerSlot.PREPARE_2])
         # -- launch: prep, prepare_inputs_event, forward -----------------------------------
@@ -360,11 +358,12 @@ def simulate_points(
     return res
 
 
-def _land(buf, private, counts, pending: np.ndarray, due) -> None:
-    """Step N-1's DMA (``B[:n] = counts``) for the points where it is pending and due."""
+def _land(buf, private, counts, pending: np.ndarray, due) -> bool:
+    """Step N-1's DMA (``B[:n] = counts``) for the points where it is pending and due;
+    returns whether any point is still pending."""
     hit = pending & due
     if not hit.any():
-        return
+        return True
     k = len(counts)
     if hit.all():
         buf[:k] = counts[:, None]
@@ -374,6 +373,7 @@ def _land(buf, private, counts, pending: np.ndarray, due) -> None:
         buf[:k, cols] = counts[:, None]
         private[:k, cols] = counts[:, None]
     pending &= ~hit
+    return bool(pending.any())
 
 
 def _apply_op(buf: np.ndarray, op) -> None:
@@ -416,7 +416,7 @@ class _Accumulator:
         self.steps += 1
         self.tokens += int(rec.accepted[~rec.discard].sum())
 
-    def step(self, n, cur, prev, cpu_all, land, read, first_write, near) -> None:
+    def step(self, n, cur, prev, cpu_all, land, read, writes: list[np.ndarray]) -> None:
         pp = cur.prev_positions
         rows = np.flatnonzero(pp >= 0)
         if rows.size == 0:
@@ -426,16 +426,13 @@ class _Accumulator:
         true = prev.accepted[src]
         prev_drafts = prev.drafts[src]
         participating = cur.prev_num_draft_tokens[src] > 0
-        # The step's hazard kind and margin, per point (reads.build_reads).
+        # The step's hazard kind, per point (reads.build_reads); the margin only when kept.
         unlanded = (land < 0) | (land > read)
-        if first_write is None:
+        if not writes:
             kind_landed = np.full(P, _DOUBLE)
-            margin_landed = read - land
-        else:
-            kind_landed = np.where(first_write < land, _OWNERSHIP, _DOUBLE)
-            margin_landed = near
+        else:  # write times only grow: the first writing op is the earliest write
+            kind_landed = np.where(writes[0] < land, _OWNERSHIP, _DOUBLE)
         kind = np.where(unlanded, _UNLANDED, kind_landed)
-        margin = np.where(unlanded, np.where(land >= 0, land - read, -1), margin_landed)
         self.n_reads += nr
         cpu_rows = cpu_all if nr == len(cpu_all) else cpu_all[rows]
         if not self.keep and self._sparse_step(
@@ -465,6 +462,11 @@ class _Accumulator:
             r_idx, p_idx = np.nonzero(gpu_wrong)
             self._corrupt(cur, rows[r_idx], p_idx)
         if self.keep:
+            if not writes:
+                margin_landed = read - land
+            else:
+                margin_landed = np.min([np.abs(land - t) for t in writes], axis=0)
+            margin = np.where(unlanded, np.where(land >= 0, land - read, -1), margin_landed)
             lost = np.zeros((nr, P), dtype=bool)
             lost[first] = lost_first
             # Point-major, so a point's reads are contiguous as in the SimPy tier.
