@@ -176,34 +176,40 @@ def region_of(
 
     "prefill" means no context (num_computed == 0) whatever is scheduled.
     """
-    has_context = num_computed > 0
-    below = num_scheduled <= threshold
-    done = num_computed >= num_prompt
-    regions = np.zeros(len(num_scheduled), dtype=np.int32)
-    regions[has_context & below & ~done] = 1
-    regions[has_context & ~below] = 2
-    regions[~has_context] = 3
-    return regions
+    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0.
+    # Nested where: half the numpy calls of masked assignments (this runs every step).
+    regions = np.where(
+        num_computed <= 0,
+        3,
+        np.where(num_scheduled > threshold, 2, np.where(num_computed < num_prompt, 1, 0)),
+    )
+    return regions.astype(np.int32, copy=False)
 
 
 def reorder_batch_to_split_decodes_and_prefills(
-    batch: InputBatchRows, num_scheduled_tokens: dict[str, int], decode_threshold: int
+    batch: InputBatchRows,
+    num_scheduled_tokens: dict[str, int] | np.ndarray,
+    decode_threshold: int,
 ) -> bool:
     """vLLM's reorder: decode < short_extend < long_extend < prefill, by cycle-following
     ``swap_states``. Each cycle keeps a fixed pivot row, so its swaps are (p, d1), (p, d2),
     ...; the order inside a region is not kept. Returns whether the batch changed.
+
+    ``num_scheduled_tokens``: by request id (vLLM's dict), or an array by row (faster).
     """
     n = batch.num_reqs
-    ids = batch.req_ids
-    sched = np.array([num_scheduled_tokens[r] for r in ids], dtype=np.int64)
+    if isinstance(num_scheduled_tokens, np.ndarray):
+        sched = num_scheduled_tokens[:n]
+    else:
+        sched = np.array([num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
     regions = region_of(
         sched, batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n], decode_threshold
     )
+    if not (regions[1:] < regions[:-1]).any():  # already sorted: the common step
+        return False
     counts = np.bincount(regions, minlength=4)
     target = np.repeat(np.arange(4, dtype=np.int32), counts)
     needs_swap = regions != target
-    if not needs_swap.any():
-        return False
     orig = np.flatnonzero(needs_swap)
     src_indices = orig[np.argsort(regions[needs_swap], kind="stable")]
     src_dest = {int(s): int(d) for s, d in zip(src_indices, orig, strict=True)}

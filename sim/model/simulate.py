@@ -7,6 +7,11 @@ counts buffer is a numpy array that every writer updates at its SimPy time, with
 log in the trace; a read returns the buffer's content at the read's time, so the outcome of
 every interleaving is computed, not guessed. Tie rule: see :mod:`sim.model.cuda`.
 
+Every duration is ``mean * (1 + jitter)`` with the jitter (and whether the worker stalls)
+drawn from counter-based streams keyed by (seed, step, actor, slot) (:mod:`sim.model.rng`),
+so a draw does not depend on when it is made. :mod:`sim.model.vector` is the same model as a
+per-step recurrence over many timing points, held to this one read by read.
+
 Per step N (docs/mechanism.md §1, §8, §11):
 
 - engine core: ``schedule(N)`` -> input IPC; under async scheduling ``schedule(N+1)``
@@ -34,6 +39,13 @@ from sim.model.counts_buffer import apply_op
 from sim.model.cuda import CudaEvent, Stream
 from sim.model.params import TimingParams
 from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.rng import (
+    Actor,
+    EngineSlot,
+    GpuSlot,
+    StepDraws,
+    WorkerSlot,
+)
 from sim.model.schedule import Schedule
 
 WRITE_OPS = ("add", "move", "swap")
@@ -53,22 +65,20 @@ class StepTiming:
 
 
 class Jitter:
-    """Seeded multiplicative jitter, one independent stream per actor."""
+    """One actor's jittered durations: ``j(step, slot, mean_ns)``, from the counter-based
+    streams of :mod:`sim.model.rng` keyed by (seed, step, actor, slot), so the draw does not
+    depend on when the actor draws (the vector tier draws the very same numbers)."""
 
-    BLOCK = 4096
-
-    def __init__(self, seed: int, actor: int, frac: float) -> None:
-        self.rng = np.random.default_rng([seed, actor])
+    def __init__(self, draws: StepDraws, frac: float) -> None:
+        self.draws = draws
         self.frac = frac
-        self._factors: list[float] = []
 
-    def __call__(self, mean_ns: int) -> int:
+    def __call__(self, step: int, slot: int, mean_ns: int) -> int:
         if mean_ns <= 0:
             return 0
-        if not self._factors:  # draw in blocks: same sequence, far fewer numpy calls
-            u = self.rng.random(self.BLOCK)
-            self._factors = (1.0 + self.frac * (2.0 * u - 1.0)).tolist()[::-1]
-        return int(mean_ns * self._factors.pop())
+        # rng.jittered_ns inlined (the hot path of the SimPy tier): the very same float ops.
+        u = self.draws.get(step)[slot]
+        return int(mean_ns * (1.0 + self.frac * (2.0 * u - 1.0)))
 
 
 class Model:
@@ -79,22 +89,27 @@ class Model:
         policy: Policy,
         seed: int,
         trace: bool = True,
+        env: simpy.Environment | None = None,  # a fresh one unless given (the bench counts)
     ) -> None:
         self.schedule = schedule
         self.t = timing
         self.async_scheduling = schedule.async_scheduling
         self.policy = policy if self.async_scheduling else SYNC_SCHEDULING
-        self.env = simpy.Environment()
+        self.env = simpy.Environment() if env is None else env
         env = self.env
         self.trace_rows: list[tuple] | None = [] if trace else None
         n_steps = len(schedule.steps)
         self.timing = [StepTiming() for _ in range(n_steps)]
         self.buf = np.ones(schedule.max_num_reqs, dtype=np.int64)  # num_accepted_tokens_cpu
         self.private = np.ones(schedule.max_num_reqs, dtype=np.int64)  # #51599's buffer
-        self.jit_engine = Jitter(seed, 1, timing.jitter_frac)
-        self.jit_worker = Jitter(seed, 2, timing.jitter_frac)
-        self.jit_gpu = Jitter(seed, 3, timing.jitter_frac)
-        self.stall_rng = np.random.default_rng([seed, 4])
+        frac = timing.jitter_frac
+        n_ops = np.array([len(s.ops) for s in schedule.steps], dtype=np.int64)
+        self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps), frac)
+        self.jit_worker = Jitter(
+            StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops), frac
+        )
+        self.jit_gpu = Jitter(StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps), frac)
+        self.stall_draws = StepDraws(seed, Actor.STALL, 1, n_steps)
         on_item = self._log_stream_item if trace else None
         self.default_stream = Stream(env, "default_stream", on_item)
         self.valid_count_stream = Stream(env, "valid_sampled_token_count_copy_stream", on_item)
@@ -153,18 +168,22 @@ class Model:
                 yield self.output_at_engine[done]
                 n_prev = self.schedule.steps[done].num_reqs
                 t0 = env.now
-                yield env.timeout(j(t.engine_update_ns_per_req * max(n_prev, 1)))
+                yield env.timeout(
+                    j(step, EngineSlot.UPDATE, t.engine_update_ns_per_req * max(n_prev, 1))
+                )
                 self.log("engine_core", "update_from_output", done, start=t0)
             t0 = env.now
-            yield env.timeout(
-                j(t.engine_schedule_ns_base + t.engine_schedule_ns_per_req * rec.num_reqs)
-            )
+            sched_ns = t.engine_schedule_ns_base + t.engine_schedule_ns_per_req * rec.num_reqs
+            yield env.timeout(j(step, EngineSlot.SCHEDULE, sched_ns))
             self.log("engine_core", "schedule", step, start=t0)
-            self._after(j(t.engine_input_ipc_ns), self.sched_arrival[step])
+            self._after(
+                j(step, EngineSlot.INPUT_IPC, t.engine_input_ipc_ns), self.sched_arrival[step]
+            )
 
     # -- worker CPU thread -----------------------------------------------------------
     def worker_cpu(self):
-        env, t, j = self.env, self.t, self.jit_worker
+        env, t, j, jg = self.env, self.t, self.jit_worker, self.jit_gpu
+        W, G = WorkerSlot, GpuSlot
         pol = self.policy
         steps = self.schedule.steps
         for step, rec in enumerate(steps):
@@ -172,33 +191,34 @@ class Model:
             t0 = env.now
             yield self.sched_arrival[step]
             self.log("worker_cpu", "wait_scheduler_output", step, start=t0)
-            yield env.timeout(j(t.worker_rpc_dispatch_ns))
+            yield env.timeout(j(step, W.RPC_DISPATCH, t.worker_rpc_dispatch_ns))
             t0 = env.now
             yield self.prepare_inputs_event.synchronize()
             self.log("worker_cpu", "synchronize_input_prep", step, start=t0)
-            if t.worker_stall_prob and self.stall_rng.random() < t.worker_stall_prob:
+            if t.worker_stall_prob and self.stall_draws.get(step)[0] < t.worker_stall_prob:
                 t0 = env.now
-                yield env.timeout(j(t.worker_stall_ns))
+                yield env.timeout(j(step, W.STALL, t.worker_stall_ns))
                 self.log("worker_cpu", "stall", step, start=t0)
             if pol.waits_before_moves and step > 0:
                 yield from self._wait_counts(step)
             yield from self._update_states(step, rec, tim)
             # _prepare_inputs: prev_positions, then the accepted-count block.
             t0 = env.now
-            yield env.timeout(j(t.worker_prepare_inputs_ns // 2))
+            yield env.timeout(j(step, W.PREPARE_1, t.worker_prepare_inputs_ns // 2))
             if pol.waits_before_read and step > 0:
                 yield from self._wait_counts(step)
             self._read_counts(step, rec, tim)
-            yield env.timeout(j(t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2))
+            prep2_ns = t.worker_copy_to_gpu_ns + t.worker_prepare_inputs_ns // 2
+            yield env.timeout(j(step, W.PREPARE_2, prep2_ns))
             self.log("worker_cpu", "_prepare_inputs", step, start=t0)
             # Launch: prep H2D copies, prepare_inputs_event, then the forward.
-            self.default_stream.enqueue("prep", step, self.jit_gpu(t.gpu_prep_ns))
+            self.default_stream.enqueue("prep", step, jg(step, G.PREP, t.gpu_prep_ns))
             self.prepare_inputs_event.record(self.default_stream, step)
             t0 = env.now
-            yield env.timeout(j(t.worker_launch_ns))
+            yield env.timeout(j(step, W.LAUNCH, t.worker_launch_ns))
             self.log("worker_cpu", "launch", step, start=t0)
             fwd = t.gpu_forward_ns_base + t.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
-            item = self.default_stream.enqueue("forward", step, self.jit_gpu(fwd))
+            item = self.default_stream.enqueue("forward", step, jg(step, G.FORWARD, fwd))
             item.done.callbacks.append(
                 lambda _e, tim=tim, item=item: setattr(tim, "forward_start_ns", item.start_ns)
             )
@@ -208,7 +228,7 @@ class Model:
                 yield self.valid_sampled_token_count_event.synchronize()
                 self.log("worker_cpu", "correct_spec_decode_token_counts", step, start=t0)
             t0 = env.now
-            yield env.timeout(j(t.worker_sample_tokens_ns))
+            yield env.timeout(j(step, W.SAMPLE_TOKENS, t.worker_sample_tokens_ns))
             self._enqueue_sample(step, rec, tim)
             self.log("worker_cpu", "sample_tokens", step, start=t0)
             if not self.async_scheduling:
@@ -237,7 +257,7 @@ class Model:
                 yield from self._cached_loop(step, n_cached)
                 cached_loop_done = True
             t0 = env.now
-            yield env.timeout(j(dur[op.kind]))
+            yield env.timeout(j(step, WorkerSlot.OP_BASE + i, dur[op.kind]))
             apply_op(self.buf, op, i, None)
             tim.op_write_ns.append(env.now)
             tim.op_is_write.append(op.kind in WRITE_OPS)
@@ -245,12 +265,13 @@ class Model:
             self.log("worker_cpu", op.kind, step, row, int(self.buf[row]), op.req_id, start=t0)
         if not cached_loop_done:
             yield from self._cached_loop(step, n_cached)
-        yield env.timeout(j(t.worker_refresh_metadata_ns))
+        yield env.timeout(j(step, WorkerSlot.REFRESH, t.worker_refresh_metadata_ns))
         self.log("worker_cpu", "_update_states", step, start=t_update)
 
     def _cached_loop(self, step: int, n_cached: int):
         t0 = self.env.now
-        yield self.env.timeout(self.jit_worker(self.t.worker_cached_loop_ns_per_req * n_cached))
+        mean_ns = self.t.worker_cached_loop_ns_per_req * n_cached
+        yield self.env.timeout(self.jit_worker(step, WorkerSlot.CACHED_LOOP, mean_ns))
         self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
@@ -271,23 +292,25 @@ class Model:
             self.private[: len(counts)] = counts
             self.log("default_stream", "counts_d2h_land", step, value=len(counts))
 
-        s.enqueue("sample", step, jg(t.gpu_sample_ns))
-        s.enqueue("counts_d2h", step, jg(t.dma_land_delay_ns), on_done=landed)
+        G = GpuSlot
+        s.enqueue("sample", step, jg(step, G.SAMPLE, t.gpu_sample_ns))
+        s.enqueue("counts_d2h", step, jg(step, G.COUNTS_D2H, t.dma_land_delay_ns), on_done=landed)
         self.num_accepted_tokens_event.record(s, step)
         marker = s.enqueue("prepare_next_token_ids", step, 0)
         self.valid_count_stream.enqueue(
-            "valid_count_d2h", step, jg(t.dma_land_delay_ns), wait_for=marker.done
+            "valid_count_d2h",
+            step,
+            jg(step, G.VALID_COUNT_D2H, t.dma_land_delay_ns),
+            wait_for=marker.done,
         )
         self.valid_sampled_token_count_event.record(self.valid_count_stream, step)
-        drafter = s.enqueue("drafter", step, jg(t.gpu_drafter_ns))
+        drafter = s.enqueue("drafter", step, jg(step, G.DRAFTER, t.gpu_drafter_ns))
         out = self.output_copy_stream.enqueue(
-            "output_d2h", step, jg(t.dma_land_delay_ns), wait_for=drafter.done
+            "output_d2h", step, jg(step, G.OUTPUT_D2H, t.dma_land_delay_ns), wait_for=drafter.done
         )
         out.done.callbacks.append(lambda _e: self.output_on_cpu[step].succeed())
-        self._after_event(out.done, t.engine_output_ipc_ns, self.output_at_engine[step])
-
-    def _after_event(self, ev: simpy.Event, delay_ns: int, target: simpy.Event) -> None:
-        ev.callbacks.append(lambda _e: self._after(self.jit_engine(delay_ns), target))
+        ipc_ns = self.jit_engine(step, EngineSlot.OUTPUT_IPC, t.engine_output_ipc_ns)
+        out.done.callbacks.append(lambda _e: self._after(ipc_ns, self.output_at_engine[step]))
 
     def run(self) -> None:
         self.env.run()

@@ -3,12 +3,18 @@
 Run directory (data/README.md): ``meta.json``, ``schedule.json``, ``trace.parquet``,
 ``reads.parquet``; with ``--policy all`` one sub-directory per policy beside a shared
 ``schedule.json`` and ``comparison.json``. Every file is written atomically.
+
+:func:`run_streaming` is the long-run form: the schedule is generated, written and simulated
+one step at a time (the vector tier, exact to the SimPy tier read by read) and the reads go
+to Parquet in row groups, so memory stays bounded whatever the step count (no trace).
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +25,11 @@ import pyarrow.parquet as pq
 from sim.model import schedule as schedule_mod
 from sim.model.params import Scenario
 from sim.model.policies import Policy
-from sim.model.reads import build_reads, build_trace, summarize
-from sim.model.schedule import SCHEMA_VERSION, Schedule
+from sim.model.reads import READ_COLUMNS, build_reads, build_trace, summarize
+from sim.model.schedule import SCHEMA_VERSION, Schedule, StepRecord
+from sim.model.scheduling import iter_schedule
 from sim.model.simulate import simulate
+from sim.model.vector import simulate_points
 from sim.runs.io import atomic_write, atomic_write_text, write_json
 
 
@@ -75,6 +83,96 @@ def write_run(
             "git_commit": git_commit(),
         },
     )
+
+
+def run_streaming(
+    out: Path, scenario: Scenario, policy: Policy, seed: int, steps: int, batch_steps: int = 1024
+) -> dict:
+    """One policy over ``steps`` steps in bounded memory: ``schedule.json`` (the same bytes
+    as :func:`sim.model.schedule.dumps`), ``reads.parquet`` (one row group per
+    ``batch_steps`` steps; the same rows as :func:`run_policy`'s) and ``meta.json``. Returns
+    the summary (that of :func:`sim.model.reads.summarize`)."""
+    head, step_iter = iter_schedule(scenario, seed, steps)
+    summary: dict = {}
+
+    def write_reads(reads_tmp: Path) -> None:
+        def write_schedule(sched_tmp: Path) -> None:
+            with sched_tmp.open("w") as f, _ParquetSink(reads_tmp) as sink:
+                res = simulate_points(
+                    head,
+                    [scenario.timing],
+                    policy,
+                    seed,
+                    keep_reads=False,
+                    keep_timing=False,
+                    steps=_tee_schedule(head, step_iter, f),
+                    n_steps=steps,
+                    on_reads=sink,
+                    batch_steps=batch_steps,
+                )
+            summary.update(res.summaries[0])
+
+        atomic_write(out / "schedule.json", write_schedule)
+
+    atomic_write(out / "reads.parquet", write_reads)
+    write_json(
+        out / "meta.json",
+        {
+            "scenario": scenario.to_dict(),
+            "policy": summary["policy"],
+            "seed": seed,
+            "schema_version": SCHEMA_VERSION,
+            "summary": summary,
+            "tier": "vector, streamed",
+            "versions": versions(),
+            "git_commit": git_commit(),
+        },
+    )
+    return summary
+
+
+class _ParquetSink:
+    """Reads tables appended as row groups of one Parquet file (READ_COLUMNS, no point)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.writer: pq.ParquetWriter | None = None
+
+    def __call__(self, df: pd.DataFrame) -> None:
+        table = pa.Table.from_pandas(df.drop(columns="point"), preserve_index=False)
+        if self.writer is None:
+            # No creation metadata that varies between runs (write_parquet's settings).
+            self.writer = pq.ParquetWriter(
+                self.path, table.schema, compression="zstd", write_statistics=False
+            )
+        self.writer.write_table(table.cast(self.writer.schema))
+
+    def __enter__(self) -> _ParquetSink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        elif exc[0] is None:  # no read at all: still a valid, empty table
+            empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS.items()})
+            pq.write_table(
+                pa.Table.from_pandas(empty, preserve_index=False),
+                self.path,
+                compression="zstd",
+                write_statistics=False,
+            )
+
+
+def _tee_schedule(head: Schedule, steps: Iterator[StepRecord], f) -> Iterator[StepRecord]:
+    """Yield ``steps`` while writing ``schedule_mod.dumps`` of the whole schedule to ``f``:
+    the header line, one line per step, the closing line."""
+    tail = "\n\n]}\n"  # what dumps() puts after the header line of a schedule without steps
+    f.write(schedule_mod.dumps(head)[: -len(tail)] + "\n")
+    for i, rec in enumerate(steps):
+        body = json.dumps(rec.to_json(), sort_keys=True, separators=(",", ":"))
+        f.write(body if i == 0 else ",\n" + body)
+        yield rec
+    f.write("\n]}\n")
 
 
 def versions() -> dict[str, str]:

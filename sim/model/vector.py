@@ -1,0 +1,580 @@
+"""The vector tier: the SimPy model as a per-step recurrence over arrays of timing points.
+
+The same model as :mod:`sim.model.simulate` (the readable specification) for many timing
+parameter sets at once: every quantity of a step is an array with one entry per point, and
+one Python loop over steps replaces SimPy's event loop. Held to the SimPy tier read by read
+(tests/test_vector.py): same landing and read times, same buffer content, same verdicts.
+
+Why a recurrence is exact. Each actor is a sequential process whose every wait is on an
+event of an *earlier* step or of the same step further up this loop, so each time is a
+``max`` of ready times plus a jittered duration (both tiers draw the same numbers,
+:mod:`sim.model.rng`). Per step N (S: start, E: end; ``w`` the worker's clock):
+
+- engine core: ``e = max(e, output_at_engine[N - lag]) + update``; ``e += schedule``;
+  ``sched_arrival[N] = e + input_ipc``;
+- worker: ``w = max(w, sched_arrival[N]) + rpc``; ``w = max(w, prep_E[N-1])``; stall; the
+  policy's wait ``w = max(w, land[N-1]) + event_sync``; row ops (their write times), refresh,
+  half of _prepare_inputs, the policy's wait, **read**, the rest; prep and forward enqueued;
+  under async ``w = max(w, valid_E[N-1])``; sample_tokens; with async off
+  ``w = max(w, output_E[N])``;
+- default stream (in enqueue order): ``prep_S = max(enqueue, drafter_E[N-1])``, forward,
+  sample, ``land[N] = sample_E + d2h``, ``drafter_E = land + drafter``;
+  valid-count stream ``max(enqueue, previous, land)``; output stream
+  ``max(enqueue, previous, drafter_E)``; ``output_at_engine[N] = output_E + output_ipc``.
+
+The buffer: step N-1's DMA always lands before step N+1's first row op (under async the
+worker waits on ``valid_sampled_token_count_event(N-1)`` inside step N; with async off it
+waited for the whole output), so within step N it lands before row op i iff
+``land <= write_i`` and before the read iff ``land <= read`` (the tie rule of
+:mod:`sim.model.cuda`: the GPU side first). That holds when the landing is a GPU
+completion, i.e. sample(N-1) or its D2H has a non-zero duration; :func:`simulate_points`
+refuses timing where both jitter to 0 rather than guess the heap order.
+
+Buffers are ``(rows, points)`` arrays, so a row operation copies one contiguous row for all
+points and the policy's own numpy functions (:mod:`sim.model.policies`) run unchanged on
+them: a gather indexes rows, a write-back assigns rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import SpecraceError
+from sim.model.params import TimingParams
+from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.rng import (
+    Actor,
+    EngineSlot,
+    GpuSlot,
+    StepDraws,
+    WorkerSlot,
+    jittered_ns,
+    jittered_ns_array,
+    uniform,
+)
+from sim.model.schedule import Schedule, StepRecord
+
+READ_COLUMNS_POINTS = {
+    "point": "int32",
+    "step": "int64",
+    "req_id": "string",
+    "row": "int32",
+    "prev_row": "int32",
+    "prev_drafts": "int32",
+    "true_count": "int32",
+    "cpu_value": "int32",
+    "gpu_value": "int32",
+    "cpu_wrong": "bool",
+    "gpu_wrong": "bool",
+    "kind": "string",
+    "gdn_slot": "int32",
+    "prompt_state_lost": "bool",
+    "margin_ns": "int64",
+}  # sim.model.reads.READ_COLUMNS with the point index first
+KINDS = ("", "unlanded", "ownership", "double-permute")  # kind codes 0..3
+_UNLANDED, _OWNERSHIP, _DOUBLE = 1, 2, 3
+
+
+class _Means:
+    """Each timing field as a Python number when every point has the same value (the common
+    sweep: one or two fields vary), else as an array over points; durations follow suit."""
+
+    def __init__(self, timings: Sequence[TimingParams]) -> None:
+        for f in dataclasses.fields(TimingParams):
+            vals = list(map(operator.attrgetter(f.name), timings))
+            if vals.count(vals[0]) == len(vals):
+                setattr(self, f.name, vals[0])
+            else:
+                dtype = np.float64 if any(isinstance(v, float) for v in vals) else np.int64
+                setattr(self, f.name, np.asarray(vals, dtype=dtype))
+        self.uniform_frac = not isinstance(self.jitter_frac, np.ndarray)
+
+    def check(self) -> None:
+        """TimingParams.check over every point at once (the rules the tiers rely on: no
+        negative duration, so ``astype`` truncates as ``int`` does; jitter below 100 %)."""
+        for f in dataclasses.fields(TimingParams):
+            bad = np.flatnonzero(np.atleast_1d(np.asarray(getattr(self, f.name))) < 0)
+            if bad.size:
+                raise SpecraceError(f"timing point {bad[0]}: timing.{f.name} must be >= 0")
+        frac = np.atleast_1d(np.asarray(self.jitter_frac))
+        if ((frac < 0) | (frac >= 1)).any():
+            raise SpecraceError(
+                f"timing point {np.flatnonzero((frac < 0) | (frac >= 1))[0]}: "
+                "timing.jitter_frac must be in [0, 1)"
+            )
+        prob = np.atleast_1d(np.asarray(self.worker_stall_prob))
+        if ((prob < 0) | (prob > 1)).any():
+            raise SpecraceError(
+                f"timing point {np.flatnonzero((prob < 0) | (prob > 1))[0]}: "
+                "timing.worker_stall_prob must be in [0, 1]"
+            )
+
+    def jit(self, mean, u: float):
+        """The jittered duration of every point: ``int(mean * factor)`` as in the SimPy tier."""
+        if self.uniform_frac and not isinstance(mean, np.ndarray):
+            return jittered_ns(int(mean), u, self.jitter_frac)
+        return jittered_ns_array(mean, u, self.jitter_frac)
+
+
+def _mx(a, b):
+    return np.maximum(a, b)
+
+
+@dataclass
+class PointsResult:
+    """What :func:`simulate_points` computed for ``n_points`` timing points of one schedule."""
+
+    policy: str
+    n_points: int
+    steps: int
+    # (steps, points) int64, with keep_timing: the DMA landing of step N's counts, the read of
+    # step N, the forward start of step N, the time step N waited on the counts event.
+    land_ns: np.ndarray | None = None
+    read_ns: np.ndarray | None = None
+    forward_start_ns: np.ndarray | None = None
+    wait_ns: np.ndarray | None = None
+    op_write_ns: list[np.ndarray] | None = None  # per step: (ops, points)
+    sim_time_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    reads: pd.DataFrame | None = None  # READ_COLUMNS_POINTS, sorted by (point, step, row)
+    summaries: list[dict] = field(default_factory=list)  # per point, as reads.summarize
+
+
+def _check(timings: Sequence[TimingParams]) -> None:
+    if not timings:
+        raise SpecraceError("simulate_points needs at least one timing point")
+    for t in timings:
+        if not isinstance(t, TimingParams):
+            raise SpecraceError(f"timing points are TimingParams, got {type(t).__name__}")
+
+
+def simulate_points(
+    schedule: Schedule,
+    timings: Sequence[TimingParams],
+    policy: Policy,
+    seed: int,
+    *,
+    keep_reads: bool = True,
+    keep_timing: bool = True,
+    steps: Iterable[StepRecord] | None = None,
+    n_steps: int | None = None,
+    on_reads: Callable[[pd.DataFrame], None] | None = None,
+    batch_steps: int = 4096,
+) -> PointsResult:
+    """Simulate ``schedule`` under ``policy`` once per timing point (all with ``seed``).
+
+    Point ``p`` equals ``simulate(schedule, timings[p], policy, seed)`` read by read.
+    ``keep_reads``: the per-read table (one row per point and read: large); without it only
+    the per-point summaries are built.
+
+    Streaming (bounded memory, for long runs): pass the header as ``schedule``, the steps as
+    an iterator ``steps`` (e.g. from :func:`sim.model.scheduling.iter_schedule`) with their
+    count ``n_steps``, ``keep_timing=False``, and ``on_reads``: it receives the reads every
+    ``batch_steps`` steps (sorted by point within a batch) and nothing is kept; state is
+    O(points x rows) whatever the step count.
+    """
+    _check(timings)
+    if steps is None:
+        steps, n_steps = schedule.steps, len(schedule.steps)
+    elif n_steps is None:
+        raise SpecraceError("simulate_points: give n_steps with a step iterator")
+    P = len(timings)
+    m = _Means(timings)
+    m.check()
+    async_sched = schedule.async_scheduling
+    pol = policy if async_sched else SYNC_SCHEDULING
+    lag = 2 if async_sched else 1
+    draw_e = StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps)
+    draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps)  # + row ops per step
+    draw_g = StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps)
+    draw_s = StepDraws(seed, Actor.STALL, 1, n_steps)
+    op_mean = {
+        "remove": m.worker_remove_ns,
+        "add": m.worker_add_ns,
+        "move": m.worker_condense_move_ns,
+        "swap": m.worker_swap_ns,
+    }
+
+    R = schedule.max_num_reqs
+    # num_accepted_tokens_cpu and #51599's buffer, one column per point; int8 holds every
+    # count (1..k+1, k <= 15) and moves an eighth of the bytes of the SimPy tier's int64.
+    buf = np.ones((R, P), dtype=np.int8)
+    private = np.ones((R, P), dtype=np.int8)
+    zero = np.zeros(P, dtype=np.int64)
+    e = w = d_free = valid_free = out_free = zero
+    prep_end_prev = land_prev = valid_end_prev = zero
+    out_at_engine: deque[np.ndarray] = deque(maxlen=lag)  # steps N - lag .. N - 1
+    sim_end = zero
+
+    res = PointsResult(pol.name, P, n_steps)
+    if keep_timing:
+        res.land_ns = np.zeros((n_steps, P), np.int64)
+        res.read_ns = np.zeros((n_steps, P), np.int64)
+        res.forward_start_ns = np.zeros((n_steps, P), np.int64)
+        res.wait_ns = np.zeros((n_steps, P), np.int64)
+        res.op_write_ns = []
+    acc = _Accumulator(pol, P, keep_reads or on_reads is not None)
+    recent: deque[StepRecord] = deque(maxlen=lag + 1)  # steps N - lag .. N
+    fwd_first = fwd_last = zero
+    wait_sum = zero
+
+    for n, rec in enumerate(steps):
+        recent.append(rec)
+        ue, uw, ug = draw_e.get(n), draw_w.get(n), draw_g.get(n)
+        if rec.ops:  # the row ops' slots follow the fixed ones (same keys as the SimPy tier)
+            slots = WorkerSlot.OP_BASE + np.arange(len(rec.ops), dtype=np.int64)
+            uw = uw + uniform(seed, n, Actor.WORKER, slots).tolist()
+        # -- engine core ---------------------------------------------------------------
+        if n >= lag:
+            n_prev = recent[0].num_reqs
+            e = _mx(e, out_at_engine[0]) + m.jit(
+                m.engine_update_ns_per_req * max(n_prev, 1), ue[EngineSlot.UPDATE]
+            )
+        sched_ns = m.engine_schedule_ns_base + m.engine_schedule_ns_per_req * rec.num_reqs
+        e = e + m.jit(sched_ns, ue[EngineSlot.SCHEDULE])
+        arrival = e + m.jit(m.engine_input_ipc_ns, ue[EngineSlot.INPUT_IPC])
+        sim_end = _mx(sim_end, arrival)
+        # -- worker: scheduler output, synchronize_input_prep, stall ----------------------
+        w = _mx(w, arrival) + m.jit(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
+        if n > 0:
+            w = _mx(w, prep_end_prev)
+        stall = draw_s.get(n)[0] < np.asarray(m.worker_stall_prob)
+        if stall.any():
+            w = w + np.where(stall, m.jit(m.worker_stall_ns, uw[WorkerSlot.STALL]), 0)
+        wait = zero
+        if pol.waits_before_moves and n > 0:
+            w0 = w
+            w = _mx(w, land_prev) + m.worker_event_sync_ns
+            wait = w - w0
+        # -- _update_states: the row ops, with step N-1's DMA landing among them -----------
+        pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
+        prev_rec = recent[-2] if n > 0 else None
+        prev_acc = prev_rec.accepted.astype(np.int8) if n > 0 else None
+        writes: list[np.ndarray] = []  # write times of the writing ops, in order
+        any_pending = n > 0
+        n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
+        cached_done = False
+        op_times = [] if keep_timing else None
+        for i, op in enumerate(rec.ops):
+            if op.kind != "remove" and not cached_done:
+                w = w + m.jit(
+                    m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP]
+                )
+                cached_done = True
+            w = w + m.jit(op_mean[op.kind], uw[WorkerSlot.OP_BASE + i])
+            if any_pending:
+                any_pending = _land(buf, private, prev_acc, pending, land_prev <= w)
+            _apply_op(buf, op)
+            if op_times is not None:
+                op_times.append(w)
+            if op.kind != "remove":
+                writes.append(w)
+        if not cached_done:
+            w = w + m.jit(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
+        w = w + m.jit(m.worker_refresh_metadata_ns, uw[WorkerSlot.REFRESH])
+        # -- _prepare_inputs: the policy's wait and read -----------------------------------
+        w = w + m.jit(m.worker_prepare_inputs_ns // 2, uw[WorkerSlot.PREPARE_1])
+        if pol.waits_before_read and n > 0:
+            w0 = w
+            w = _mx(w, land_prev) + m.worker_event_sync_ns
+            wait = wait + (w - w0)
+        read = w
+        if any_pending:
+            any_pending = _land(buf, private, prev_acc, pending, land_prev <= read)
+        cpu = pol.cpu_read(buf, private, rec.prev_positions, rec.num_reqs)
+        if cpu.ndim == 1:  # a build that reads no buffer (fill 1) is the same for every point
+            cpu = cpu[:, None]
+        cpu = np.broadcast_to(cpu, (rec.num_reqs, P))
+        if n > 0:
+            acc.step(n, rec, prev_rec, cpu, land_prev, read, writes)
+            # The rest land before step N+1's first row op (see the module docstring).
+            if any_pending:
+                _land(buf, private, prev_acc, pending, pending)
+        prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
+        w = w + m.jit(prep2_ns, uw[WorkerSlot.PREPARE_2])
+        # -- launch: prep, prepare_inputs_event, forward -----------------------------------
+        prep_end = _mx(w, d_free) + m.jit(m.gpu_prep_ns, ug[GpuSlot.PREP])
+        w = w + m.jit(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
+        fwd_ns = m.gpu_forward_ns_base + m.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
+        fwd_start = _mx(w, prep_end)
+        fwd_end = fwd_start + m.jit(fwd_ns, ug[GpuSlot.FORWARD])
+        if async_sched and n > 0:
+            w = _mx(w, valid_end_prev)
+        w = w + m.jit(m.worker_sample_tokens_ns, uw[WorkerSlot.SAMPLE_TOKENS])
+        # -- sample_tokens(N): sampler, counts D2H, event records, drafter, output copy -----
+        d_sample = m.jit(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
+        d_d2h = m.jit(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
+        if np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0)):
+            raise SpecraceError(
+                f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
+                "tier needs the landing to be a GPU completion (use the SimPy tier)"
+            )
+        land = _mx(w, fwd_end) + d_sample + d_d2h
+        valid_end = _mx(_mx(w, valid_free), land) + m.jit(
+            m.dma_land_delay_ns, ug[GpuSlot.VALID_COUNT_D2H]
+        )
+        drafter_end = land + m.jit(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
+        out_end = _mx(_mx(w, out_free), drafter_end) + m.jit(
+            m.dma_land_delay_ns, ug[GpuSlot.OUTPUT_D2H]
+        )
+        out_eng = out_end + m.jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])
+        out_at_engine.append(out_eng)
+        if not async_sched:
+            w = _mx(w, out_end)
+        d_free, valid_free, out_free = drafter_end, valid_end, out_end
+        prep_end_prev, land_prev, valid_end_prev = prep_end, land, valid_end
+        sim_end = _mx(_mx(sim_end, out_eng), _mx(valid_end, w))
+        acc.add_step(rec)
+        if on_reads is not None and (n + 1) % batch_steps == 0 and acc.parts:
+            on_reads(acc.table())
+        fwd_first = fwd_start if n == 0 else fwd_first
+        fwd_last = fwd_start
+        wait_sum = wait_sum + wait
+        if keep_timing:
+            res.land_ns[n] = land
+            res.read_ns[n] = read
+            res.forward_start_ns[n] = fwd_start
+            res.wait_ns[n] = wait
+            res.op_write_ns.append(np.array(op_times, dtype=np.int64).reshape(len(rec.ops), P))
+
+    res.sim_time_ns = np.broadcast_to(sim_end, (P,)).copy()
+    if on_reads is not None:
+        if acc.parts:
+            on_reads(acc.table())
+    else:
+        res.reads = acc.table() if keep_reads else None
+    res.summaries = acc.summaries(
+        np.broadcast_to(fwd_first, (P,)),
+        np.broadcast_to(fwd_last, (P,)),
+        np.broadcast_to(wait_sum, (P,)),
+        res.sim_time_ns,
+    )
+    return res
+
+
+def _land(buf, private, counts, pending: np.ndarray, due) -> bool:
+    """Step N-1's DMA (``B[:n] = counts``) for the points where it is pending and due;
+    returns whether any point is still pending."""
+    hit = pending & due
+    if not hit.any():
+        return True
+    k = len(counts)
+    if hit.all():
+        buf[:k] = counts[:, None]
+        private[:k] = counts[:, None]
+    else:  # integer column indices: several times faster than a mask or copyto(where=)
+        cols = np.flatnonzero(hit)
+        buf[:k, cols] = counts[:, None]
+        private[:k, cols] = counts[:, None]
+    pending &= ~hit
+    return bool(pending.any())
+
+
+def _apply_op(buf: np.ndarray, op) -> None:
+    """:func:`sim.model.counts_buffer.apply_op` on a (rows, points) buffer."""
+    if op.kind == "add":
+        buf[op.a] = 1
+    elif op.kind == "move":
+        buf[op.b] = buf[op.a]
+    elif op.kind == "swap":
+        buf[[op.a, op.b]] = buf[[op.b, op.a]]  # fancy index: a copy, so no aliasing
+
+
+def _count(mask: np.ndarray) -> np.ndarray:
+    """True entries per point of a (reads, points) mask: a row-wise sum in the narrowest
+    dtype that cannot overflow (count_nonzero along an axis casts every element to intp)."""
+    dtype = np.uint8 if len(mask) < 256 else np.int64
+    return np.add.reduce(mask.view(np.uint8), axis=0, dtype=dtype)
+
+
+class _Accumulator:
+    """The per-read verdicts of each step (sim.model.reads), kept as a table or as counts."""
+
+    def __init__(self, pol: Policy, P: int, keep_reads: bool) -> None:
+        self.pol = pol
+        self.steps = 0
+        self.tokens = 0  # accepted tokens of rows that sample, over all steps
+        self.P = P
+        self.keep = keep_reads
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.n_reads = 0
+        self.cpu_wrong = np.zeros(P, np.int64)
+        self.gpu_wrong = np.zeros(P, np.int64)
+        self.lost = np.zeros(P, np.int64)
+        self.by_kind = np.zeros((len(KINDS), P), np.int64)
+        self.points = np.arange(P)
+        self.req_index: dict[str, int] = {}
+        self.corrupted: list[np.ndarray] = []  # (point, request index) pairs, GPU-wrong
+
+    def add_step(self, rec: StepRecord) -> None:
+        self.steps += 1
+        self.tokens += int(rec.accepted[~rec.discard].sum())
+
+    def step(self, n, cur, prev, cpu_all, land, read, writes: list[np.ndarray]) -> None:
+        pp = cur.prev_positions
+        rows = np.flatnonzero(pp >= 0)
+        if rows.size == 0:
+            return
+        P, nr = self.P, rows.size
+        src = pp[rows]
+        true = prev.accepted[src]
+        prev_drafts = prev.drafts[src]
+        participating = cur.prev_num_draft_tokens[src] > 0
+        # The step's hazard kind, per point (reads.build_reads); the margin only when kept.
+        unlanded = (land < 0) | (land > read)
+        if not writes:
+            kind_landed = np.full(P, _DOUBLE)
+        else:  # write times only grow: the first writing op is the earliest write
+            kind_landed = np.where(writes[0] < land, _OWNERSHIP, _DOUBLE)
+        kind = np.where(unlanded, _UNLANDED, kind_landed)
+        self.n_reads += nr
+        cpu_rows = cpu_all if nr == len(cpu_all) else cpu_all[rows]
+        if not self.keep and self._sparse_step(
+            cur, rows, cpu_rows, true, participating, prev_drafts, kind
+        ):
+            return
+        # Dense: every (read, point) through the policy's functions, in int8 (counts are
+        # 1..k+1 <= 16; a narrow dtype is what makes 10^4 points cheap).
+        cpu = cpu_rows.astype(np.int8)
+        true_c = true.astype(np.int8)[:, None]
+        gpu = self.pol.gpu_consumed(cpu, true_c, participating[:, None])
+        gpu = np.broadcast_to(gpu, (nr, P))
+        cpu_wrong = np.asarray(self.pol.cpu_wrong(cpu, true_c))
+        if cpu_wrong.shape != (nr, P):  # a policy that reads no buffer: one answer per read
+            cpu_wrong = np.broadcast_to(cpu_wrong.reshape(nr, -1), (nr, P))
+        gpu_wrong = gpu != true_c
+        wrong = cpu_wrong | gpu_wrong
+        first = np.flatnonzero(prev_drafts == 0)  # only these can lose the prompt state
+        lost_first = gpu_wrong[first] & (gpu[first] > 1)
+        self.cpu_wrong += _count(cpu_wrong)
+        n_gpu_wrong = _count(gpu_wrong)
+        self.gpu_wrong += n_gpu_wrong
+        self.lost += _count(lost_first)
+        n_wrong = _count(wrong)
+        self.by_kind[kind, self.points] += n_wrong  # one (kind, point) per point: no repeats
+        if n_gpu_wrong.any():
+            r_idx, p_idx = np.nonzero(gpu_wrong)
+            self._corrupt(cur, rows[r_idx], p_idx)
+        if self.keep:
+            if not writes:
+                margin_landed = read - land
+            else:
+                margin_landed = np.min([np.abs(land - t) for t in writes], axis=0)
+            margin = np.where(unlanded, np.where(land >= 0, land - read, -1), margin_landed)
+            lost = np.zeros((nr, P), dtype=bool)
+            lost[first] = lost_first
+            # Point-major, so a point's reads are contiguous as in the SimPy tier.
+            self.parts.append(
+                {
+                    "point": np.repeat(np.arange(P), nr),
+                    "step": np.full(P * nr, n),
+                    "req_id": np.tile(np.asarray(cur.req_ids, dtype=object)[rows], P),
+                    "row": np.tile(rows, P),
+                    "prev_row": np.tile(src, P),
+                    "prev_drafts": np.tile(prev_drafts, P),
+                    "true_count": np.tile(true, P),
+                    "cpu_value": cpu.T.ravel(),
+                    "gpu_value": gpu.T.ravel(),
+                    "cpu_wrong": cpu_wrong.T.ravel(),
+                    "gpu_wrong": gpu_wrong.T.ravel(),
+                    "kind": np.asarray(KINDS, dtype=object)[np.where(wrong, kind, 0).T.ravel()],
+                    "gdn_slot": gpu.T.ravel().astype(np.int32) - 1,
+                    "prompt_state_lost": lost.T.ravel(),
+                    "margin_ns": np.repeat(margin, nr),
+                }
+            )
+
+    SPARSE_MAX = 0.05  # above this fraction of wrong CPU values the dense path is cheaper
+
+    def _sparse_step(self, cur, rows, cpu_rows, true, participating, prev_drafts, kind) -> bool:
+        """The step's counts from its wrong CPU values only, if that is exact and cheaper.
+
+        The policy functions are elementwise; where a CPU value equals the truth a policy
+        (checked on this step's rows) consumes the truth and calls nothing wrong, so only the
+        mismatched (read, point) pairs can be wrong. Returns False to take the dense path.
+        """
+        P, nr = self.P, len(rows)
+        probe_gpu = np.asarray(self.pol.gpu_consumed(true, true, participating))
+        if (probe_gpu != true).any() or np.asarray(self.pol.cpu_wrong(true, true)).any():
+            return False
+        mis = cpu_rows != true[:, None]
+        n_mis = int(np.count_nonzero(mis))
+        if n_mis > self.SPARSE_MAX * nr * P:
+            return False
+        if n_mis == 0:
+            return True
+        r_idx, p_idx = np.nonzero(mis)
+        c, t = cpu_rows[r_idx, p_idx], true[r_idx]
+        g = np.asarray(self.pol.gpu_consumed(c, t, participating[r_idx]))
+        cw = np.broadcast_to(np.asarray(self.pol.cpu_wrong(c, t)), (n_mis,))
+        gw = g != t
+        lost = gw & (prev_drafts[r_idx] == 0) & (g > 1)
+        self.cpu_wrong += np.bincount(p_idx[cw], minlength=P)
+        self.gpu_wrong += np.bincount(p_idx[gw], minlength=P)
+        self.lost += np.bincount(p_idx[lost], minlength=P)
+        self.by_kind[kind, self.points] += np.bincount(p_idx[cw | gw], minlength=P)
+        if gw.any():
+            self._corrupt(cur, rows[r_idx[gw]], p_idx[gw])
+        return True
+
+    def _corrupt(self, cur, rows: np.ndarray, points: np.ndarray) -> None:
+        """Remember (point, request) of GPU-wrong reads: corrupted_requests counts them."""
+        ids = [self.req_index.setdefault(cur.req_ids[r], len(self.req_index)) for r in rows]
+        self.corrupted.append(np.stack([points, np.asarray(ids, dtype=np.int64)], axis=1))
+
+    def table(self) -> pd.DataFrame:
+        """The reads kept so far (and forget them)."""
+        if not self.parts:
+            return pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS_POINTS.items()})
+        cols = {c: np.concatenate([p[c] for p in self.parts]) for c in READ_COLUMNS_POINTS}
+        self.parts = []
+        order = np.argsort(cols["point"], kind="stable")  # (step, point, row) -> (point, ...)
+        df = pd.DataFrame({c: v[order] for c, v in cols.items()})
+        return df.astype(READ_COLUMNS_POINTS)
+
+    def summaries(self, fwd_first, fwd_last, wait_sum, sim_time) -> list[dict]:
+        steps, tokens = self.steps, self.tokens
+        pairs = np.concatenate(self.corrupted) if self.corrupted else np.zeros((0, 2), np.int64)
+        corrupted = np.zeros(self.P, np.int64)
+        if len(pairs):
+            uniq = np.unique(pairs, axis=0)
+            corrupted = np.bincount(uniq[:, 0], minlength=self.P)
+        order = sorted(range(1, len(KINDS)), key=lambda k: KINDS[k])  # as value_counts sorts
+        cols = zip(
+            self.by_kind.T.tolist(),
+            self.cpu_wrong.tolist(),
+            self.gpu_wrong.tolist(),
+            self.lost.tolist(),
+            corrupted.tolist(),
+            np.asarray(fwd_first).tolist(),
+            np.asarray(fwd_last).tolist(),
+            np.asarray(wait_sum).tolist(),
+            np.asarray(sim_time).tolist(),
+            strict=True,
+        )  # Python ints: one conversion per column, not per point
+        out = []
+        for kinds, cw, gw, lost, corrupt, first, last, wait, end in cols:
+            step_ns = (last - first) / (steps - 1) if steps > 1 else 0.0
+            out.append(
+                {
+                    "policy": self.pol.name,
+                    "steps": steps,
+                    "reads": int(self.n_reads),
+                    "cpu_wrong": cw,
+                    "gpu_wrong": gw,
+                    "prompt_state_lost": lost,
+                    "corrupted_requests": corrupt,
+                    "by_kind": {KINDS[k]: kinds[k] for k in order if kinds[k]},
+                    "mean_step_ns": round(step_ns, 1),
+                    "tokens_per_s": round(tokens / max(end, 1) * 1e9, 1),
+                    "event_wait_ns_mean": round(wait / steps, 1) if steps else 0.0,
+                    "sim_time_ns": end,
+                }
+            )
+        return out

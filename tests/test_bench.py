@@ -1,0 +1,80 @@
+"""`python -m sim bench` runs end to end on small sizes and reports what it claims (no timing
+is asserted: benchmarks print, the machine is shared)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from sim.explore.bench import bare_mix, event_mix, main, old_build_schedule, peak_rss_mb
+from sim.model.params import load_scenario
+from sim.model.policies import POLICIES
+from sim.model.schedule import dumps
+from sim.model.scheduling import build_schedule
+from sim.model.simulate import Model
+
+
+def test_bench_prints_every_number_and_the_tiers_agree(capsys) -> None:
+    assert main(60, points=40, vector_steps=50, sample=3, long_steps=0) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    last = json.loads(out[-1])
+    for key in (
+        "events_per_s",
+        "ratio",
+        "ratio_mix",
+        "vector_point_steps_per_s",
+        "vector_over_simpy",
+        "schedule_steps_per_s",
+    ):
+        assert last[key] > 0, key
+    assert last["vector_matches_simpy_sample"] is True
+    assert last["vector_points"] == 40 and last["vector_steps"] == 50
+
+
+def test_event_mix_counts_every_scheduled_event() -> None:
+    sc = load_scenario("minimal-race")
+    sched = build_schedule(sc, 0, sc.default_steps)
+    pol = POLICIES["synced-gather"]
+    mix = event_mix(sched, sc.timing, pol, 0)
+    model = Model(sched, sc.timing, pol, 0, trace=False)
+    model.run()
+    assert sum(mix.values()) == next(model.env._eid)  # SimPy's own count of scheduled events
+    assert {k for k, _ in mix} >= {"timeout", "Event"}
+    assert bare_mix(mix) > 0
+
+
+def test_peak_rss_of_a_child_run() -> None:
+    assert 10 < peak_rss_mb(20) < 4000
+    assert 10 < peak_rss_mb(20, streamed=True) < 4000
+
+
+def test_schedule_before_and_after_are_the_same_bytes() -> None:
+    """The array-based build_schedule against the per-object one it replaced (from git)."""
+    old = old_build_schedule()
+    if old is None:
+        pytest.skip("no git history here")
+    base = load_scenario("qwen35-mtp3")
+    small = replace(
+        base.workload,
+        initial_requests=20,
+        arrival_rate_per_step=1.0,
+        prefix_hit_prob=0.3,
+        prompt_len=replace(base.workload.prompt_len, mean=100.0),
+        output_len=replace(base.workload.output_len, mean=30.0),
+    )
+    cases = [(load_scenario("minimal-race"), 8), (base, 150)]
+    for kv, asy, thr in ((0, True, False), (3000, True, True), (3000, False, False)):
+        engine = replace(
+            base.engine,
+            kv_cache_capacity_tokens=kv,
+            async_scheduling=asy,
+            reorder_threshold_is_one=thr,
+            max_num_seqs=16,
+            max_num_batched_tokens=300,
+        )
+        cases.append((replace(base, engine=engine, workload=small), 150))
+    for sc, steps in cases:
+        for seed in (0, 7):
+            assert dumps(old(sc, seed, steps)) == dumps(build_schedule(sc, seed, steps))
