@@ -98,6 +98,11 @@ def print_report(rep: RiskReport) -> None:
     )
     print(f"wrong consumed counts by hazard: {kinds} (prompt state lost: {e.prompt_state_lost})")
     print(f"step {e.mean_step_ns / 1e6:.3f} ms, {e.tokens_per_s:,.0f} tokens/s")
+    if e.safe:
+        print(
+            f"exposure: no wrong count consumed in {e.generations:,} generations; at most "
+            f"{e.per_10k_hi:.1f} per 10,000 (95%)"
+        )
     if not rep.mitigations:
         return
     print("mitigations (cheapest safe first):")
@@ -105,7 +110,8 @@ def print_report(rep: RiskReport) -> None:
     print("  " + " | ".join(head))
     for m in rep.mitigations:
         if not m.available or m.estimate is None:
-            print(f"  {m.name} | {m.change} | not available: {m.reason}")
+            why = m.reason if m.reason.startswith("no effect") else f"not available: {m.reason}"
+            print(f"  {m.name} | {m.change} | {why}")
             continue
         me = m.estimate
         safe = "safe" if me.safe else "NOT safe"

@@ -159,7 +159,9 @@ class Mitigation:
     reason: str = ""  # why not available, or what the release does instead
     path: str = ""
     estimate: RateEstimate | None = None
-    step_time_pct: float = 0.0  # + slower than the current configuration
+    # + slower than the current configuration. MRv2's own CPU costs are not modelled: it runs
+    # MRv1's timing without the event wait.
+    step_time_pct: float = 0.0
     tokens_per_s_pct: float = 0.0  # - fewer tokens/s than the current configuration
 
 
@@ -244,8 +246,10 @@ def assess(
     source = (
         f"GPU timing: roofline of {preset.name} ({preset.dtype}) on one H200 (4.3 TB/s, "
         "788 TFLOP/s measured); CPU timing: qwen35-mtp3 defaults + data/params/h200.toml + "
-        "vllm-0.24.0-row-ops.toml; --set overrides last"
+        "vllm-0.24.0-row-ops.toml"
     )
+    if overrides:
+        source += "; overridden by --set " + ", ".join(sorted(overrides))
     scenario = build_scenario(res, overrides)
     if res.policy == "no-spec":
         return RiskReport(setup, res, scenario, None, (), source)
@@ -267,7 +271,7 @@ def assess(
             out.append(Mitigation(name, change, False, str(e)))
             continue
         if r.policy == res.policy and r.async_scheduling == res.async_scheduling:
-            out.append(Mitigation(name, change, False, f"same path in {alt.vllm}: {r.path}",
+            out.append(Mitigation(name, change, False, f"no effect, same path: {r.path}",
                                   r.path))  # fmt: skip
             continue
         e = estimate(r)
