@@ -464,7 +464,46 @@ def read_facts(root: Path) -> dict[str, dict[str, Any]]:
     return {name: f(t).to_dict() for name, f in FINDERS.items()}
 
 
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def compare(root: Path) -> dict[str, Any]:
+    """Each fact sim.resolve relies on for this release, as its source has it now: ``held``
+    when value, file and line all agree, with the rules that rest on it."""
+    from sim.resolve.release_facts import FACTS
+    from sim.resolve.rules import RULES
+
+    tree = Tree(root)
+    version = tree.version()
+    found = read_facts(root)
+    out: dict[str, Any] = {}
+    for name in sorted(FINDERS):
+        want = FACTS.get(name, {}).get(version)
+        got = found[name]
+        held = want is not None and (
+            _plain(want.value) == got["value"]
+            and want.file == got["file"]
+            and want.line == got["line"]
+        )
+        out[name] = {
+            "held": held,
+            "rules": sorted(r.id for r in RULES.values() if r.fact == name),
+            "source": got,
+            "expected": None
+            if want is None
+            else {"value": _plain(want.value), "file": want.file, "line": want.line},
+        }
+    return {"version": version, "all_held": all(v["held"] for v in out.values()), "facts": out}
+
+
 if __name__ == "__main__":
-    tree = Tree(Path(sys.argv[1]))
-    out = {"version": tree.version(), "facts": read_facts(Path(sys.argv[1]))}
-    print(json.dumps(out, indent=1, sort_keys=True))
+    # release_rules.py TREE            the facts as the release's source has them
+    # release_rules.py --compare TREE  the same beside sim.resolve's committed facts
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's sim
+    if sys.argv[1] == "--compare":
+        print(json.dumps(compare(Path(sys.argv[2])), indent=1, sort_keys=True))
+    else:
+        tree = Tree(Path(sys.argv[1]))
+        out = {"version": tree.version(), "facts": read_facts(Path(sys.argv[1]))}
+        print(json.dumps(out, indent=1, sort_keys=True))
