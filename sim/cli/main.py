@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sim.cli import risk
+from sim.cli import field_reports, risk
 from sim.errors import SpecraceError
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -221,7 +221,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
 # and sets ``func``.
-PLUGINS: tuple = (risk.register,)
+PLUGINS: tuple = (risk.register, field_reports.register)
 
 
 def build_parser() -> argparse.ArgumentParser:

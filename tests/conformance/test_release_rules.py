@@ -75,5 +75,6 @@ def test_a_changed_prefix_caching_default_is_caught(tmp_path) -> None:
     t = _mutated(
         tmp_path, ARG_UTILS, "default_prefix_caching = ", "default_prefix_caching = False and "
     )
+    (tmp_path / MODEL_CFG).parent.mkdir(parents=True)
     (tmp_path / MODEL_CFG).write_text((VLLM_TREE / MODEL_CFG).read_text())
     assert prefix_caching_default_hybrid(t).value is False
