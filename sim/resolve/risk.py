@@ -27,6 +27,7 @@ from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
 from sim.model.scheduling import build_schedule
 from sim.resolve.check import check_policy
 from sim.resolve.presets import get_preset
+from sim.resolve.release_facts import FACTS
 from sim.resolve.resolution import Resolution, VllmSetup, resolve
 from sim.runs.run import run_policy
 
@@ -144,7 +145,10 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
     }
     for key, value in get_preset(s.model).timing(s.max_num_seqs, k).items():
         derived[f"timing.{key}"] = str(value)
-    return load_scenario(BASE_SCENARIO, {**derived, **(overrides or {})}, TIMING_FILES)
+    merged = {**derived, **(overrides or {})}
+    if not res.prefix_caching:  # no prefix cache, no hits: what turning it off costs
+        merged["workload.prefix_hit_prob"] = "0.0"
+    return load_scenario(BASE_SCENARIO, merged, TIMING_FILES)
 
 
 def policy_object(name: str) -> Policy:
@@ -275,15 +279,28 @@ def assess(
                                   r.path))  # fmt: skip
             continue
         e = estimate(r)
+        caveats = [*r.notes, *_caveats(alt, r, res, overrides or {})]
         out.append(
             Mitigation(
-                name, change, True, "; ".join(r.notes), r.path, e,
+                name, change, True, "; ".join(caveats), r.path, e,
                 step_time_pct=_pct(e.mean_step_ns, base.mean_step_ns),
                 tokens_per_s_pct=_pct(e.tokens_per_s, base.tokens_per_s),
             )
         )  # fmt: skip
     out.sort(key=_rank)
     return RiskReport(setup, res, scenario, base, tuple(out), source)
+
+
+def _caveats(alt: VllmSetup, r: Resolution, base: Resolution, overrides: dict) -> list[str]:
+    """What the cost column does not show, said next to it."""
+    out = []
+    if r.runner == "v2" and base.runner == "v1":
+        out.append("MRv2's own CPU costs are not modelled (MRv1 timing without the wait)")
+        if not FACTS["mrv2_default_for_qwen"][alt.vllm].value:
+            out.append(f"opt-in in {alt.vllm}: MRv2 is the default for Qwen hybrids from 0.29.0")
+    if base.prefix_caching and not r.prefix_caching and "workload.prefix_hit_prob" not in overrides:
+        out.append("lost prefix-cache hits cost nothing here: set workload.prefix_hit_prob")
+    return out
 
 
 def _pct(new: float, old: float) -> float:
