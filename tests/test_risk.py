@@ -148,3 +148,13 @@ def test_cli_answers_with_the_path_the_rules_and_json() -> None:
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["policy"] == "device-authoritative" and out["estimate"]["runs"] == 1
     assert math.isclose(out["estimate"]["per_10k"], 0.0)
+
+
+def test_the_answer_line(align_report) -> None:
+    first = next(m for m in align_report.mitigations if m.available and m.estimate.safe)
+    assert align_report.answer.startswith(first.name)
+    assert not align_report.safe_by_construction
+    da = assess(VllmSetup(vllm="0.27.1"), seeds=1, steps=100, mitigations=False)
+    assert da.safe_by_construction and "safe by construction" in da.answer
+    nospec = assess(VllmSetup(spec_method="none", num_speculative_tokens=0), seeds=1, steps=50)
+    assert nospec.estimate is None and "no speculative decoding" in nospec.answer

@@ -83,6 +83,7 @@ def print_report(rep: RiskReport) -> None:
     e = rep.estimate
     if e is None:
         print("not exposed: without speculative decoding there is no accepted count to race")
+        print(f"cheapest safe change: {rep.answer}")
         return
     print(
         f"corrupted generations per 10,000: {_rate(e)} (95% Wilson; {e.corrupted:,} of "
@@ -103,6 +104,7 @@ def print_report(rep: RiskReport) -> None:
             f"exposure: no wrong count consumed in {e.generations:,} generations; at most "
             f"{e.per_10k_hi:.1f} per 10,000 (95%)"
         )
+    print(f"cheapest safe change: {rep.answer}")
     if not rep.mitigations:
         return
     print("mitigations (cheapest safe first):")

@@ -665,5 +665,5 @@ ASCEND: dict[str, AscendFact] = {
     # #13865 (17ac75217f, 2026-08-09), on releases/v0.23.0 only: the async D2H goes into the
     # runner's own buffer, remapped through prev_positions (_remap_num_accepted_tokens).
     "pr13865": AscendFact(True, "releases/v0.23.0@17ac75217f",
-                          "vllm_ascend/worker/model_runner_v1.py", "745-810"),
+                          "vllm_ascend/worker/model_runner_v1.py", "746-812, 1153"),
 }  # fmt: skip

@@ -178,6 +178,36 @@ class RiskReport:
     mitigations: tuple[Mitigation, ...] = field(default_factory=tuple)
     timing_source: str = ""
 
+    @property
+    def safe_by_construction(self) -> bool:
+        """The path builds no count from a buffer the DMA writes (#45100's fill of 1, MRv2):
+        nothing the CPU does can make a consumed count wrong."""
+        return self.estimate is not None and not policy_object(self.resolution.policy).reads_buffer
+
+    @property
+    def answer(self) -> str:
+        """The cheapest safe change, in one line."""
+        if self.estimate is None:
+            return "none needed: no speculative decoding"
+        if self.safe_by_construction:
+            return "none needed: this path reads no CPU-side count (safe by construction)"
+        first = next(
+            (m for m in self.mitigations if m.available and m.estimate and m.estimate.safe), None
+        )
+        fix = (
+            f"{first.name} ({first.change}): {first.tokens_per_s_pct:+.2f}% tokens/s"
+            if first
+            else "no simulated mitigation was safe"
+        )
+        e = self.estimate
+        if e.safe:
+            return (
+                f"none corrupted in {e.generations:,} simulated generations (at most "
+                f"{e.per_10k_hi:.1f} per 10,000), but this path can corrupt; cheapest removal: "
+                f"{fix}"
+            )
+        return fix
+
     def to_dict(self) -> dict:
         r = self.resolution
         return {
@@ -196,6 +226,8 @@ class RiskReport:
             },
             "timing_source": self.timing_source,
             "estimate": asdict(self.estimate) if self.estimate else None,
+            "safe_by_construction": self.safe_by_construction,
+            "cheapest_safe_change": self.answer,
             "mitigations": [
                 {**asdict(m), "estimate": asdict(m.estimate) if m.estimate else None}
                 for m in self.mitigations
