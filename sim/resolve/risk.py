@@ -196,6 +196,7 @@ class RiskReport:
         )
         fix = (
             f"{first.name} ({first.change}): {first.tokens_per_s_pct:+.2f}% tokens/s"
+            + (f" ({first.reason})" if first.reason else "")
             if first
             else "no simulated mitigation was safe"
         )
