@@ -97,7 +97,9 @@ def test_mrv2_fallbacks_and_refusals() -> None:
     with pytest.raises(SpecraceError, match="raises ValueError"):
         resolve(VllmSetup(vllm="0.29.0", runner="v2", mrv2_unsupported=(feature,)))
     with pytest.raises(SpecraceError, match="not in vLLM 0.33.0's list"):
-        resolve(VllmSetup(vllm="0.33.0", mrv2_unsupported=(feature,)))
+        resolve(VllmSetup(vllm="0.33.0", mrv2_unsupported=("stock torch.compile",)))
+    # 0.33.0 names DBO through _get_dbo_unsupported_features: still a fallback.
+    assert resolve(VllmSetup(vllm="0.33.0", mrv2_unsupported=(feature,))).runner == "v1"
     assert resolve(VllmSetup(vllm="0.33.0", env_v2="0")).policy == "align"
 
 

@@ -459,6 +459,15 @@ FACTS: dict[str, dict[str, Fact]] = {
         "0.30.0": Fact(
             (
                 "custom logits processors",
+                "dual batch overlap",
+                "dual batch overlap with LoRA",
+                "dual batch overlap with PIECEWISE CUDA graphs",
+                "dual batch overlap with context parallelism",
+                "dual batch overlap with encoder only models",
+                "dual batch overlap with hybrid models",
+                "dual batch overlap with multimodal models",
+                "dual batch overlap with pipeline parallelism",
+                "dual batch overlap with speculative decoding",
                 "elastic expert parallelism",
                 "mamba cache mode 'all'",
                 "parallel drafting for EAGLE speculative decoding",
@@ -471,6 +480,15 @@ FACTS: dict[str, dict[str, Fact]] = {
         ),
         "0.31.0": Fact(
             (
+                "dual batch overlap",
+                "dual batch overlap with LoRA",
+                "dual batch overlap with PIECEWISE CUDA graphs",
+                "dual batch overlap with context parallelism",
+                "dual batch overlap with encoder only models",
+                "dual batch overlap with hybrid models",
+                "dual batch overlap with multimodal models",
+                "dual batch overlap with pipeline parallelism",
+                "dual batch overlap with speculative decoding",
                 "elastic expert parallelism",
                 "mamba cache mode 'all'",
                 "parallel drafting for EAGLE speculative decoding",
@@ -483,6 +501,15 @@ FACTS: dict[str, dict[str, Fact]] = {
         ),
         "0.32.0": Fact(
             (
+                "dual batch overlap",
+                "dual batch overlap with LoRA",
+                "dual batch overlap with PIECEWISE CUDA graphs",
+                "dual batch overlap with context parallelism",
+                "dual batch overlap with encoder only models",
+                "dual batch overlap with hybrid models",
+                "dual batch overlap with multimodal models",
+                "dual batch overlap with pipeline parallelism",
+                "dual batch overlap with speculative decoding",
                 "heterogeneous-vocabulary draft models",
                 "parallel drafting for EAGLE speculative decoding",
                 "pipeline parallelism with external_launcher",
@@ -492,6 +519,15 @@ FACTS: dict[str, dict[str, Fact]] = {
         ),
         "0.33.0": Fact(
             (
+                "dual batch overlap",
+                "dual batch overlap with LoRA",
+                "dual batch overlap with PIECEWISE CUDA graphs",
+                "dual batch overlap with context parallelism",
+                "dual batch overlap with encoder only models",
+                "dual batch overlap with hybrid models",
+                "dual batch overlap with multimodal models",
+                "dual batch overlap with pipeline parallelism",
+                "dual batch overlap with speculative decoding",
                 "heterogeneous-vocabulary draft models",
                 "parallel drafting for EAGLE speculative decoding",
                 "pipeline parallelism with external_launcher",

@@ -368,19 +368,37 @@ def mrv2_supports_mtp(t: Tree) -> Found:
 
 
 def mrv2_unsupported_features(t: Tree) -> Found:
-    """The fixed feature names ``_get_v2_model_runner_unsupported_features`` appends: any of
+    """The fixed feature names ``_get_v2_model_runner_unsupported_features`` appends (also
+    those of helpers it extends with, e.g. 0.33.0's ``_get_dbo_unsupported_features``): any of
     them in a configuration makes ``use_v2_model_runner`` fall back to MRv1."""
     fn = _property(t, "_get_v2_model_runner_unsupported_features")
-    names = sorted(
-        {
-            n.args[0].value
-            for n in ast.walk(fn)
-            if isinstance(n, ast.Call)
-            and _src(n.func) == "unsupported.append"
-            and isinstance(n.args[0], ast.Constant)
-        }
-    )
-    return Found(names, VLLM_CFG, fn.lineno)
+    names = set(_appended_names(fn))
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.Call)
+            and _src(n.func) == "unsupported.extend"
+            and isinstance(n.args[0], ast.Call)
+            and isinstance(n.args[0].func, ast.Attribute)
+        ):
+            helper = _property(t, n.args[0].func.attr)
+            names |= set(_appended_names(helper))
+            for r in ast.walk(helper):
+                if isinstance(r, ast.Return) and isinstance(r.value, ast.List):
+                    names |= {e.value for e in r.value.elts if isinstance(e, ast.Constant)}
+    return Found(sorted(names), VLLM_CFG, fn.lineno)
+
+
+def _appended_names(fn: ast.AST) -> list[str]:
+    return [
+        n.args[0].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "append"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and isinstance(n.args[0].value, str)
+    ]
 
 
 def mrv2_validation_raises(t: Tree) -> Found:
