@@ -698,8 +698,9 @@ ASCEND: dict[str, AscendFact] = {
     # the kernel's repair.
     "main_align_resync": AscendFact(True, "main@182b75ea84",
                                     "vllm_ascend/worker/model_runner_v1.py", "1993-2000"),
-    # #13865 (17ac75217f, 2026-08-09), on releases/v0.23.0 only: the async D2H goes into the
+    # #13865 (17ac75217f, 2026-08-09; lines at the branch head 50e87d6305), on releases/v0.23.0
+    # only, not on main: the async D2H goes into the
     # runner's own buffer, remapped through prev_positions (_remap_num_accepted_tokens).
-    "pr13865": AscendFact(True, "releases/v0.23.0@17ac75217f",
+    "pr13865": AscendFact(True, "releases/v0.23.0@50e87d6305",
                           "vllm_ascend/worker/model_runner_v1.py", "746-812, 1153"),
 }  # fmt: skip

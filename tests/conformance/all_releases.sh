@@ -6,6 +6,7 @@
 #   VERSIONS="0.27.1 0.33.0" bash tests/conformance/all_releases.sh   (default: all modelled)
 #   CACHE=DIR   where wheels and unpacked trees live (default: the repository's .cache)
 #   PYTHON=...  interpreter (default: .venv/bin/python, else python3)
+#   ASCEND_GIT=DIR  a vllm-ascend clone: also check its facts -> data/conformance/ascend.json
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -14,6 +15,11 @@ py="${PYTHON:-$repo/.venv/bin/python}"
 test -x "$py" || py=python3
 cd "$repo"
 versions="${VERSIONS:-$("$py" -c 'from sim.resolve.release_facts import RELEASES; print(*RELEASES)')}"
+if [[ -n "${ASCEND_GIT:-}" ]]; then
+    "$py" "$here/ascend_rules.py" "$ASCEND_GIT" > "$repo/data/conformance/.ascend.json.tmp"
+    mv "$repo/data/conformance/.ascend.json.tmp" "$repo/data/conformance/ascend.json"
+    echo "wrote $repo/data/conformance/ascend.json"
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 for v in $versions; do

@@ -11,6 +11,9 @@ default for hybrid models, what prefix caching makes of mamba_cache_mode, the MR
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from conftest import VLLM_TREE, VLLM_VERSION
 from release_rules import FINDERS, compare
@@ -78,3 +81,15 @@ def test_a_changed_prefix_caching_default_is_caught(tmp_path) -> None:
     (tmp_path / MODEL_CFG).parent.mkdir(parents=True)
     (tmp_path / MODEL_CFG).write_text((VLLM_TREE / MODEL_CFG).read_text())
     assert prefix_caching_default_hybrid(t).value is False
+
+
+ASCEND_GIT = os.environ.get("SPECRACE_ASCEND_GIT", "")
+
+
+@pytest.mark.skipif(not ASCEND_GIT, reason="SPECRACE_ASCEND_GIT (a vllm-ascend clone) not set")
+def test_ascend_facts_hold_in_vllm_ascend() -> None:
+    from ascend_rules import compare as compare_ascend
+
+    result = compare_ascend(Path(ASCEND_GIT))
+    bad = {k: v for k, v in result["facts"].items() if not v["held"]}
+    assert not bad, f"vllm-ascend facts no longer hold: {bad}"
