@@ -130,6 +130,7 @@ def _risk(*argv: str) -> subprocess.CompletedProcess:
         (("--vllm", "0.33.0", "--prefix-caching", "on", "--mamba-cache-mode", "all"), "removed"),
         (("--spec", "mtp"), "expected METHOD:K"),
         (("--set", "timing.nope=1"), "unknown key timing.nope"),
+        (("--gpu-timing", "fast"), "expected roofline or balanced"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(argv: tuple[str, ...], match: str) -> None:
@@ -158,3 +159,11 @@ def test_the_answer_line(align_report) -> None:
     assert da.safe_by_construction and "safe by construction" in da.answer
     nospec = assess(VllmSetup(spec_method="none", num_speculative_tokens=0), seeds=1, steps=50)
     assert nospec.estimate is None and "no speculative decoding" in nospec.answer
+
+
+def test_balanced_gpu_timing_is_the_scenarios_own() -> None:
+    a = assess(VllmSetup(vllm="0.28.0"), gpu_timing="balanced", seeds=1, steps=200,
+               mitigations=False)  # fmt: skip
+    b = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=1, steps=200, mitigations=False)
+    assert a.estimate == b.estimate and a.scenario.timing == b.scenario.timing
+    assert a.scenario.timing.gpu_forward_ns_base == 6_000_000

@@ -134,6 +134,7 @@ def cmd_risk(args: argparse.Namespace) -> int:
         steps=args.steps,
         policy=args.policy,
         mitigations=not args.no_mitigations,
+        gpu_timing=args.gpu_timing,
     )
     print_report(rep)
     if args.json:
@@ -161,6 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--patch", action="append", default=[], metavar="PR",
                    help="an open PR applied on top: 51599 or 53919")  # fmt: skip
     r.add_argument("--policy", default="", help="check a policy against the configuration")
+    r.add_argument("--gpu-timing", default="roofline",
+                   help="roofline (the model preset) or balanced (6 ms forward, where the race "
+                   "lives)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
     r.add_argument("--steps", type=int, default=2000, help="engine steps per run")

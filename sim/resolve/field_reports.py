@@ -17,14 +17,16 @@ from dataclasses import asdict, dataclass, field
 
 from sim.model.policies import POLICIES
 from sim.resolve.resolution import VllmSetup, resolve
-from sim.resolve.risk import RateEstimate, assess, build_scenario, simulate_rates, wilson
+from sim.resolve.risk import (
+    BALANCED_GPU,
+    RateEstimate,
+    assess,
+    build_scenario,
+    simulate_rates,
+    wilson,
+)
 
-BALANCED = {
-    "timing.gpu_forward_ns_base": "6000000",
-    "timing.gpu_forward_ns_per_token": "2000",
-    "timing.gpu_drafter_ns": "800000",
-}
-TIMINGS = {"roofline": {}, "balanced": BALANCED}
+TIMINGS = {"roofline": {}, "balanced": BALANCED_GPU}
 
 
 @dataclass(frozen=True)
