@@ -9,7 +9,8 @@ table to the :class:`VllmSetup` it describes, so a scenario can be checked too.
 from __future__ import annotations
 
 from sim.model.params import EngineParams
-from sim.resolve.resolution import Resolution, VllmSetup, resolve
+from sim.model.policies import POLICIES
+from sim.resolve.resolution import PATCH_POLICY, Resolution, VllmSetup, resolve
 
 ALL = "all"
 
@@ -27,17 +28,12 @@ def check_policy(res: Resolution, policy: str) -> str | None:
     if policy == ALL or policy == res.policy:
         return None
     hint = ""
-    if policy in ("private-buffer", "sync-before-moves") and res.policy in (
-        "align",
-        "synced-gather",
-    ):
-        hint = f"; to ask 'what if patched', add --patch {_PR[policy]}"
+    prs = {name: pr for pr, name in PATCH_POLICY.items()}
+    if policy in prs and res.policy in POLICIES and POLICIES[res.policy].reads_buffer:
+        hint = f"; to ask 'what if patched', add --patch {prs[policy]}"
     return (
         f"--policy {policy} contradicts vLLM {v} with this configuration: it takes {res.path}{hint}"
     )
-
-
-_PR = {"private-buffer": "51599", "sync-before-moves": "53919"}
 
 
 def setup_for_engine(engine: EngineParams, vllm: str = "0.24.0", model: str = "qwen3.5-27b"):

@@ -74,6 +74,11 @@ ARMS: tuple[Arm, ...] = (
         VllmSetup(vllm="0.27.1", model=Q, prefix_caching="on", async_scheduling="off",
                   runner="v1"),
         ("as the async arm",), seeds=4),
+    Arm("vllm#53919/#53912", "align, no MTP", 0, 288,
+        VllmSetup(vllm="0.27.1", model=Q, prefix_caching="on", spec_method="none",
+                  num_speculative_tokens=0, runner="v1"),
+        ("as the async arm, without speculative decoding",), seeds=1,
+        note="no speculative decoding: no accepted count, nothing to simulate"),
     Arm("vllm#53912", "align, 0.27.1", 12, 5_000,
         VllmSetup(vllm="0.27.1", model=Q, prefix_caching="on", async_scheduling="on",
                   runner="v1"),
@@ -124,6 +129,10 @@ def predict(arm: Arm, timing: str) -> tuple[str, RateEstimate]:
         policy = POLICIES[arm.policy_override]
         return f"{policy.name} (what-if)", simulate_rates(sc, policy, arm.seeds, arm.steps)
     rep = assess(arm.setup, overrides, seeds=arm.seeds, steps=arm.steps, mitigations=False)
+    if rep.estimate is None:  # no speculative decoding: zero by construction, not simulated
+        none = RateEstimate("no-spec", 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0, 0, {},
+                            0.0, 0.0)  # fmt: skip
+        return rep.resolution.policy, none
     return rep.resolution.policy, rep.estimate
 
 

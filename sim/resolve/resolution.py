@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from sim.errors import SpecraceError
+from sim.model.policies import POLICIES
 from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import FACTS, RELEASES
 from sim.resolve.rules import Fired, fire
@@ -27,7 +28,9 @@ SPEC_METHODS = ("mtp", "eagle", "eagle3", "none")  # EAGLE-type methods and no s
 MAMBA_MODES = ("default", "none", "all", "align")
 PLATFORMS = ("cuda", "ascend")
 ASCEND_BRANCHES = ("main", "v0.23.0")
-PATCHES = ("51599", "53919")
+# The open PRs a user can apply, and the policy each makes of a path that reads CPU counts.
+PATCH_POLICY = {"51599": "private-buffer", "53919": "sync-before-moves"}
+PATCHES = tuple(PATCH_POLICY)
 ENV_V2 = ("", "0", "1")
 
 
@@ -188,6 +191,9 @@ def resolve(setup: VllmSetup) -> Resolution:
 
     # 3. model runner (config/vllm.py VllmConfig.use_v2_model_runner)
     runner = _runner(setup, mode, fired) if setup.platform == "cuda" else "v1"
+    if setup.platform == "ascend":
+        ascend_note = ("vllm-ascend: its NPUModelRunner (model_runner_v1.py) is modelled, with "
+                       "upstream vLLM's configuration rules of the release given")  # fmt: skip
 
     # 4. async scheduling (config/vllm.py __post_init__)
     if setup.async_scheduling == "default":
@@ -198,9 +204,9 @@ def resolve(setup: VllmSetup) -> Resolution:
 
     res = Resolution(setup, "", runner, pc, mode, async_on)
     policy = _policy(setup, runner, mode, async_on, fired)
-    notes = ()
-    if setup.patches and policy not in ("private-buffer", "sync-before-moves"):
-        notes = (
+    notes: tuple[str, ...] = (ascend_note,) if setup.platform == "ascend" else ()
+    if setup.patches and policy not in PATCH_POLICY.values():
+        notes += (
             f"--patch {setup.patches[0]} changes only a path that reads the CPU counts "
             f"(align, or 0.23.0's synced gather); this configuration takes {policy}",
         )
@@ -268,8 +274,8 @@ def _policy(setup: VllmSetup, runner: str, mode: str, async_on: bool, fired: lis
     else:
         fired.append(fire("guard-45100", v))
         racy = "align" if mode == "align" else "device-authoritative"
-    if setup.patches and racy in ("align", "synced-gather"):
+    if setup.patches and POLICIES[racy].reads_buffer:  # a patch changes only a CPU read
         pr = setup.patches[0]
         fired.append(fire(f"patch-{pr}", v))
-        return {"51599": "private-buffer", "53919": "sync-before-moves"}[pr]
+        return PATCH_POLICY[pr]
     return racy
