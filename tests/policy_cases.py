@@ -65,6 +65,12 @@ MINIMAL_RACE = Case(
         "device-authoritative": {p: (1, 1) for p in (-1, 0, 1, 2, 3)},
         "private-buffer": {p: (1, 1) for p in (0, 1, 2, 3)},
         "sync-before-moves": {0: (1, 1)},
+        # MRv2: no CPU counts (placeholder 1), the GPU gathers R's own slot: 1, at any landing.
+        "mrv2": {p: (1, 1) for p in (-1, 0, 1, 2, 3)},
+        # vllm-ascend main does what v0.23.0 did (wait, gather from B, kernel repair).
+        "ascend-main": {0: (1, 1), 1: (1, 1), 2: (4, 4), 3: (1, 1)},
+        # #13865: the runner's own buffer holds step N's [4, 1]; R gathers its own row 1 -> 1.
+        "ascend-13865": {p: (1, 1) for p in (0, 1, 2, 3)},
     },
 )
 
@@ -90,6 +96,11 @@ DOUBLE_PERMUTE = Case(
         "device-authoritative": {p: (1, 3) for p in (-1, 0, 1)},
         "private-buffer": {p: (3, 3) for p in (0, 1)},
         "sync-before-moves": {0: (3, 3)},
+        # MRv2: placeholder 1 on the CPU (no read, so not CPU-wrong); D's slot holds its 3.
+        "mrv2": {p: (1, 3) for p in (-1, 0, 1)},
+        "ascend-main": {0: (1, 3), 1: (3, 3)},
+        # #13865: the runner's buffer holds [1, 3]; D (prev row 1) gathers 3, consumed as is.
+        "ascend-13865": {p: (3, 3) for p in (0, 1)},
     },
 )
 

@@ -16,6 +16,7 @@ Each failure lists every offender as ``path:line: what``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -200,7 +201,15 @@ def cited_doc(cited: str, citing: Path) -> Path | None:
 
 
 def mention_exists(mention: str, citing: Path) -> bool:
+    if "/" not in mention and mention in _tracked_names():  # a file name the code writes
+        return True
     return any((base / mention).is_file() for base in (citing.parent, ROOT, DOCS))
+
+
+@functools.cache
+def _tracked_names() -> frozenset[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout
+    return frozenset(Path(f).name for f in out.split())
 
 
 def _fmt(offenders: list[str], what: str, hint: str = "") -> str:

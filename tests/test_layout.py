@@ -6,14 +6,15 @@ import ast
 from pathlib import Path
 
 SIM = Path(__file__).resolve().parent.parent / "sim"
-ORDER = ["model", "runs", "explore", "hardware", "cli"]
+ORDER = ["model", "runs", "explore", "hardware", "resolve", "cli"]
 # What each group may import from sim (besides sim.errors and itself).
 ALLOWED = {
     "model": set(),
     "runs": {"model"},
     "explore": {"model", "runs"},
     "hardware": {"model", "runs"},
-    "cli": {"model", "runs", "explore", "hardware"},
+    "resolve": {"model", "runs", "explore"},
+    "cli": {"model", "runs", "explore", "hardware", "resolve"},
 }
 FORBIDDEN_TOP = {"torch", "triton", "fla", "gpu_check"}
 

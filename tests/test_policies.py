@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policy_cases import CASES, MINIMAL_RACE, Case, arrays
+from policy_cases import CASES, Case, arrays
 from sim.model.counts_buffer import apply_step
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, WaitPoint
 
@@ -52,14 +52,44 @@ def test_landings_listed_are_those_the_wait_allows(case: Case) -> None:
 
 
 def test_gather_writes_back_and_the_others_leave_the_buffer() -> None:
-    prior, dma, pp, _ = arrays(MINIMAL_RACE)
     for name, policy in POLICIES.items():
         buf = np.array([7, 9, 5], dtype=np.int64)
         got = policy.cpu_read(buf, np.array([3, 8, 5]), np.array([1, -1]), 2)
         if policy.build.__name__ == "gather_write_back":
             assert buf.tolist() == [9, 1, 5] and got.tolist() == [9, 1], name
+        elif policy.build.__name__ == "gather_private_write_back":
+            # #13865 gathers its own buffer ([3, 8, 5]) and writes the result into B.
+            assert buf.tolist() == [8, 1, 5] and got.tolist() == [8, 1], name
         else:
             assert buf.tolist() == [7, 9, 5], name
+
+
+def test_ascend_13865_fills_one_without_a_previous_mapping() -> None:
+    # _sync_num_accepted_tokens: an all-new async batch gets 1, not the buffer's values.
+    got = POLICIES["ascend-13865"].cpu_read(
+        np.array([2, 3]), np.array([2, 3]), np.array([-1, -1]), 2
+    )
+    assert got.tolist() == [1, 1]
+
+
+def test_mrv2_consumes_the_truth_whatever_the_buffers_hold() -> None:
+    """By construction: MRv2 reads no CPU buffer and consumes each request's own slot, so no
+    buffer content, row operation or landing can make it wrong."""
+    policy = POLICIES["mrv2"]
+    assert not policy.reads_buffer and not policy.waits
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 9))
+        buf = rng.integers(-1, 9, size=n + 4)
+        private = rng.integers(-1, 9, size=n + 4)
+        before = (buf.copy(), private.copy())
+        pp = rng.integers(-1, n, size=n)
+        cpu = policy.cpu_read(buf, private, pp, n)
+        true = rng.integers(1, 5, size=n)
+        consumed = policy.gpu_consumed(cpu, true, rng.random(n) < 0.5)
+        assert (consumed == true).all()
+        assert not policy.cpu_wrong(cpu, true).any()
+        assert (buf == before[0]).all() and (private == before[1]).all()
 
 
 def test_empty_prev_map_takes_values_directly() -> None:

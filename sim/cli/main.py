@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from sim.cli import field_reports, risk
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -252,7 +253,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
 # and sets ``func``.
-PLUGINS: tuple = ()
+PLUGINS: tuple = (risk.register, field_reports.register)
 
 EXAMPLES = {
     "schedule": "python -m sim schedule --scenario minimal-race --out out/sched",

@@ -21,6 +21,9 @@ accepted-count block is identical 0.24.0-0.33.0). Where the reference is unclear
 step N+1 layout, so a gather would permute twice); ``private-buffer`` and
 ``sync-before-moves`` are fixes proposed for align mode, so they consume CPU counts.
 
+``mrv2`` is model runner V2, where no CPU buffer holds the counts; ``ascend-main`` and
+``ascend-13865`` are vllm-ascend's NPU runner without and with its own fix (#13865).
+
 With async scheduling off every policy takes vLLM's synchronous path (:data:`SYNC_SCHEDULING`):
 ``sample_tokens`` blocks, so the D2H landed before ``_update_states``.
 """
@@ -88,6 +91,26 @@ def gather_private(buf, private, prev_positions, num_reqs):
     return _gather_from(private, prev_positions, num_reqs)
 
 
+def gather_private_write_back(buf, private, prev_positions, num_reqs):
+    """vllm-ascend #13865 (releases/v0.23.0, 17ac75217f): the D2H lands in the runner's own
+    ``num_accepted_tokens.cpu``, which no row move touches; ``_remap_num_accepted_tokens``
+    gathers it in place through ``prev_positions`` (new rows 1) and writes the result back
+    into the InputBatch buffer; with no previous mapping every row is 1
+    (``_sync_num_accepted_tokens``)."""
+    pp = prev_positions[:num_reqs]
+    g = np.where(pp < 0, 1, private[np.maximum(pp, 0)]).astype(np.int64)
+    private[:num_reqs] = g
+    buf[:num_reqs] = g
+    return g
+
+
+def no_cpu_counts(buf, private, prev_positions, num_reqs):
+    """Model runner V2 builds no CPU counts at all: ``num_accepted_tokens_gpu`` lives on the GPU
+    only (model_states/mamba_hybrid.py, 0.33.0 L86). The ones returned are a placeholder that
+    no consumer of this policy reads (:func:`from_request_slot` ignores them)."""
+    return np.ones(num_reqs, dtype=np.int64)
+
+
 # -- 3. what the GDN kernel consumes ---------------------------------------------------------
 # Each consumer: (cpu_values, true_counts, participating) -> the count the GDN kernel uses.
 # ``participating``: rows the correction kernel repairs (prev_pos >= 0 and
@@ -105,6 +128,16 @@ def cpu_value(cpu, true, participating):
     """Align: ``preprocess_mamba`` uses the CPU counts and the runner re-uploads them after the
     correction kernel, overriding its repair (mamba_utils.py L678-741, GMR L4229-4236)."""
     return np.asarray(cpu)
+
+
+def from_request_slot(cpu, true, participating):
+    """MRv2: ``postprocess_state`` scatters ``max(num_sampled, 1)`` into
+    ``num_accepted_tokens_gpu[idx_mapping[i]]`` (a stable per-request slot) and the next step's
+    ``prepare_attn`` gathers it through the same ``idx_mapping``, both on the default stream
+    (mamba_hybrid.py, 0.33.0 L350-383, L275-279). Stream order puts the scatter of step N
+    before the gather of step N+1, and the slot follows the request, not the batch row: so the
+    value consumed is step N's true count whatever the CPU did, by construction."""
+    return np.asarray(true)
 
 
 @dataclass(frozen=True)
@@ -132,7 +165,7 @@ class Policy:
     @property
     def reads_buffer(self) -> bool:
         """Whether the CPU value is a read of a buffer the DMA writes (so can be wrong)."""
-        return self.build is not fill_one
+        return self.build not in _NOT_READS
 
     @property
     def read_mode(self) -> str:
@@ -163,7 +196,11 @@ _BUILD_NAMES: dict[CpuBuilder, str] = {
     direct: "direct",
     fill_one: "fill1",
     gather_private: "private",
+    gather_private_write_back: "private+remap",
+    no_cpu_counts: "none",
 }
+# Builders whose value is no read of a buffer the DMA writes, so it can never be CPU-wrong.
+_NOT_READS = frozenset({fill_one, no_cpu_counts})
 
 W = WaitPoint
 POLICIES: dict[str, Policy] = {
@@ -178,6 +215,18 @@ POLICIES: dict[str, Policy] = {
         Policy("private-buffer", "#51599 (align)", W.BEFORE_READ, gather_private, cpu_value,
                dma_into_private=True),
         Policy("sync-before-moves", "#53919 (align)", W.BEFORE_MOVES, direct, cpu_value),
+        # Model runner V2 (default for Qwen hybrids from 0.29.0): counts on the GPU by slot.
+        Policy("mrv2", "model runner V2 (vllm/v1/worker/gpu/)", W.NEVER, no_cpu_counts,
+               from_request_slot),
+        # vllm-ascend main (2026-08-22) model_runner_v1.py L1068-1093: the event wait and the
+        # gather from the moved InputBatch buffer with write-back, no #45100 guard; then
+        # update_num_computed_tokens_for_batch_change (L1105-1120) repairs drafted rows.
+        Policy("ascend-main", "vllm-ascend main, no #45100 guard", W.BEFORE_READ,
+               gather_write_back, corrected),
+        # vllm-ascend #13865, validated with prefix caching on (align): the CPU value is
+        # consumed (preprocess_mamba, then the re-sync at L1993-2000 of main).
+        Policy("ascend-13865", "vllm-ascend #13865 (releases/v0.23.0)", W.BEFORE_READ,
+               gather_private_write_back, cpu_value, dma_into_private=True),
     )
 }  # fmt: skip
 

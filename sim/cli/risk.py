@@ -1,0 +1,173 @@
+"""``python -m sim risk``: which code path a vLLM configuration takes, how often it corrupts,
+and what each mitigation the release offers would cost (sim.resolve.risk)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+from sim.errors import SpecraceError
+from sim.resolve.presets import PRESETS
+from sim.resolve.release_facts import RELEASES
+from sim.resolve.resolution import VllmSetup
+
+if TYPE_CHECKING:  # the simulation (pandas, SimPy) loads only when the command runs
+    from sim.resolve.risk import RateEstimate, RiskReport
+
+
+def parse_spec(text: str) -> tuple[str, int]:
+    """``mtp:3`` -> ("mtp", 3); ``none`` -> ("none", 0)."""
+    if text == "none":
+        return "none", 0
+    method, sep, k = text.partition(":")
+    if not sep or not k.isdigit():
+        raise SpecraceError(f"--spec {text!r}: expected METHOD:K (e.g. mtp:3) or none")
+    return method, int(k)
+
+
+def parse_sets(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def setup_from_args(args: argparse.Namespace) -> VllmSetup:
+    method, k = parse_spec(args.spec)
+    return VllmSetup(
+        vllm=args.vllm,
+        model=args.model,
+        runner=args.runner,
+        prefix_caching=args.prefix_caching,
+        mamba_cache_mode=args.mamba_cache_mode,
+        async_scheduling=getattr(args, "async"),
+        spec_method=method,
+        num_speculative_tokens=k,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        platform=args.platform,
+        env_v2=args.vllm_use_v2_model_runner,
+        mrv2_unsupported=tuple(args.mrv2_unsupported),
+        patches=tuple(args.patch),
+        ascend_branch=args.ascend_branch,
+    )
+
+
+def _rate(e: RateEstimate) -> str:
+    return f"{e.per_10k:.1f} [{e.per_10k_lo:.1f}, {e.per_10k_hi:.1f}]"
+
+
+def print_report(rep: RiskReport) -> None:
+    s, r = rep.setup, rep.resolution
+    print(
+        f"vLLM {s.vllm} ({s.platform}), {s.model}, spec {s.spec_method}:"
+        f"{s.num_speculative_tokens}, max_num_seqs={s.max_num_seqs}, prefix caching "
+        f"{s.prefix_caching}, async {s.async_scheduling}, runner {s.runner}"
+    )
+    print(f"code path: {r.path}")
+    print("why (rules that fired, with the release source line):")
+    for line in r.trace():
+        print(f"  {line}")
+    for note in r.notes:
+        print(f"note: {note}")
+    t = rep.scenario.timing
+    print(f"timing: {rep.timing_source}")
+    print(
+        f"  gpu_forward_ns_base={t.gpu_forward_ns_base} gpu_forward_ns_per_token="
+        f"{t.gpu_forward_ns_per_token} gpu_drafter_ns={t.gpu_drafter_ns}"
+    )
+    e = rep.estimate
+    if e is None:
+        print("not exposed: without speculative decoding there is no accepted count to race")
+        print(f"cheapest safe change: {rep.answer}")
+        return
+    print(
+        f"corrupted generations per 10,000: {_rate(e)} (95% Wilson; {e.corrupted:,} of "
+        f"{e.generations:,} generations; {e.runs} runs x {e.steps // e.runs:,} steps)"
+    )
+    print(
+        f"steps with a wrong consumed count per 10^4 steps: {e.per_10k_steps:.1f} "
+        f"[{e.per_10k_steps_lo:.1f}, {e.per_10k_steps_hi:.1f}] ({e.wrong_steps:,} of "
+        f"{e.steps:,})"
+    )
+    kinds = " ".join(
+        f"{k}={e.by_kind.get(k, 0)}" for k in ("unlanded", "ownership", "double-permute")
+    )
+    print(f"wrong consumed counts by hazard: {kinds} (prompt state lost: {e.prompt_state_lost})")
+    print(f"step {e.mean_step_ns / 1e6:.3f} ms, {e.tokens_per_s:,.0f} tokens/s")
+    if e.safe:
+        print(
+            f"exposure: no wrong count consumed in {e.generations:,} generations; at most "
+            f"{e.per_10k_hi:.1f} per 10,000 (95%)"
+        )
+    print(f"cheapest safe change: {rep.answer}")
+    if not rep.mitigations:
+        return
+    print("mitigations (cheapest safe first):")
+    head = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time", "tokens/s")
+    print("  " + " | ".join(head))
+    for m in rep.mitigations:
+        if not m.available or m.estimate is None:
+            why = m.reason if m.reason.startswith("no effect") else f"not available: {m.reason}"
+            print(f"  {m.name} | {m.change} | {why}")
+            continue
+        me = m.estimate
+        safe = "safe" if me.safe else "NOT safe"
+        print(
+            f"  {m.name} | {m.change} | {me.policy} | {_rate(me)} {safe} | "
+            f"{m.step_time_pct:+.2f}% | {m.tokens_per_s_pct:+.2f}%"
+            + (f" | {m.reason}" if m.reason else "")
+        )
+
+
+def cmd_risk(args: argparse.Namespace) -> int:
+    from sim.resolve.risk import assess
+
+    rep = assess(
+        setup_from_args(args),
+        parse_sets(args.set),
+        seeds=args.seeds,
+        steps=args.steps,
+        policy=args.policy,
+        mitigations=not args.no_mitigations,
+        gpu_timing=args.gpu_timing,
+    )
+    print_report(rep)
+    if args.json:
+        print(json.dumps(rep.to_dict(), sort_keys=True))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("risk", help="your vLLM config: code path, corruption rate, mitigations")
+    r.add_argument("--vllm", default="0.27.1", help=f"release ({RELEASES[0]}..{RELEASES[-1]})")
+    r.add_argument("--model", default="qwen3.5-27b", help=", ".join(PRESETS))
+    r.add_argument("--spec", default="mtp:3", help="METHOD:K (mtp, eagle, eagle3) or none")
+    r.add_argument("--prefix-caching", default="default", help="on, off or default")
+    r.add_argument("--async", default="default", help="async scheduling: on, off or default")
+    r.add_argument("--runner", default="auto", help="v1, v2 or auto (VLLM_USE_V2_MODEL_RUNNER)")
+    r.add_argument("--vllm-use-v2-model-runner", default="", metavar="0|1",
+                   help="VLLM_USE_V2_MODEL_RUNNER as set in your environment")  # fmt: skip
+    r.add_argument("--mamba-cache-mode", default="default", help="none, all, align or default")
+    r.add_argument("--max-num-seqs", type=int, default=64)
+    r.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    r.add_argument("--platform", default="cuda", help="cuda or ascend")
+    r.add_argument("--ascend-branch", default="main", help="vllm-ascend: main or v0.23.0")
+    r.add_argument("--mrv2-unsupported", action="append", default=[], metavar="FEATURE",
+                   help="a feature of your config MRv2 lacks, as vLLM names it")  # fmt: skip
+    r.add_argument("--patch", action="append", default=[], metavar="PR",
+                   help="an open PR applied on top: 51599 or 53919")  # fmt: skip
+    r.add_argument("--policy", default="", help="check a policy against the configuration")
+    r.add_argument("--gpu-timing", default="roofline",
+                   help="roofline (the model preset) or balanced (6 ms forward, where the race "
+                   "lives)")  # fmt: skip
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
+    r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
+    r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
+    r.add_argument("--json", action="store_true", help="last line: the report as JSON")
+    r.set_defaults(func=cmd_risk)

@@ -1,0 +1,364 @@
+"""The answer to "am I exposed, how often, and what is the cheapest safe change?".
+
+:func:`assess` resolves a :class:`VllmSetup` to its code path, builds the scenario it
+describes (the ``qwen35-mtp3`` workload scaled to ``max_num_seqs``, the model preset's
+roofline GPU timing, the measured H200 and vLLM row-op timing files, then the user's
+``--set``), simulates it over several seeds and returns a :class:`RiskReport`: corrupted
+generations per 10,000 with a Wilson 95 % interval, wrong consumed counts by hazard kind,
+and every mitigation the release offers with its own rate and its cost in step time and
+tokens/s, cheapest safe first.
+
+A *generation* is a request that consumed at least one accepted count; it is *corrupted*
+when the GDN kernel consumed at least one wrong count for it. The interval treats
+generations as independent trials (they share a schedule within a run, so it is a little
+optimistic). :func:`simulate_rates` is the one call into the timing model, so a faster tier
+with identical verdicts can replace it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from sim.errors import SpecraceError
+from sim.model.params import Scenario, load_scenario
+from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.scheduling import build_schedule
+from sim.resolve.check import check_policy
+from sim.resolve.presets import get_preset
+from sim.resolve.release_facts import FACTS
+from sim.resolve.resolution import Resolution, VllmSetup, resolve
+from sim.runs.run import run_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE_SCENARIO = "qwen35-mtp3"
+# Measured timing applied under the preset: H200 D2H landing / event sync / H2D issue, and
+# vLLM 0.24.0's real InputBatch row-op costs (data/params/README.md).
+TIMING_FILES = (
+    str(ROOT / "data" / "params" / "h200.toml"),
+    str(ROOT / "data" / "params" / "vllm-0.24.0-row-ops.toml"),
+)
+# qwen35-mtp3 keeps 64 sequences busy with 0.33 arrivals per step; scaled linearly.
+BASE_SEQS, BASE_ARRIVALS = 64, 0.33
+# Conditional per-position acceptance: qwen35-mtp3's three, then falling by 0.1 (>= 0.3).
+BASE_ACCEPTANCE = (0.9, 0.75, 0.6)
+Z95 = 1.959963984540054
+# qwen35-mtp3's own GPU timing: the "balanced" regime (GPU step close to the CPU's), where
+# docs/mechanism.md §8 puts the race; ``gpu_timing="balanced"`` uses it instead of the preset.
+BALANCED_GPU = {
+    "timing.gpu_forward_ns_base": "6000000",
+    "timing.gpu_forward_ns_per_token": "2000",
+    "timing.gpu_drafter_ns": "800000",
+}
+GPU_TIMINGS = ("roofline", "balanced")
+
+
+def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (0, 0 with no trials)."""
+    if trials <= 0:
+        return 0.0, 0.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class RateEstimate:
+    policy: str
+    runs: int  # seeds simulated
+    steps: int  # engine steps, all runs
+    generations: int
+    corrupted: int
+    per_10k: float  # corrupted generations per 10,000
+    per_10k_lo: float
+    per_10k_hi: float
+    wrong_steps: int  # steps in which some consumed count was wrong
+    per_10k_steps: float
+    per_10k_steps_lo: float
+    per_10k_steps_hi: float
+    gpu_wrong: int  # wrong consumed counts
+    prompt_state_lost: int
+    by_kind: dict[str, int]
+    mean_step_ns: float
+    tokens_per_s: float
+
+    @property
+    def safe(self) -> bool:
+        return self.corrupted == 0
+
+
+def simulate_rates(scenario: Scenario, policy: Policy, seeds: int, steps: int) -> RateEstimate:
+    """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them."""
+    gens = corrupted = wrong_steps = gpu_wrong = lost = total_steps = 0
+    by_kind: dict[str, int] = {}
+    step_ns = tok = 0.0
+    for seed in range(seeds):
+        sched = build_schedule(scenario, seed, steps)
+        run = run_policy(sched, scenario, policy, seed, trace=False)
+        reads, s = run.reads, run.summary
+        gens += int(reads["req_id"].nunique())
+        corrupted += int(s["corrupted_requests"])
+        wrong_steps += int(reads.loc[reads["gpu_wrong"], "step"].nunique())
+        gpu_wrong += int(s["gpu_wrong"])
+        lost += int(s["prompt_state_lost"])
+        total_steps += int(s["steps"])
+        kinds = reads.loc[reads["gpu_wrong"], "kind"].value_counts()
+        for k, n in kinds.items():
+            by_kind[str(k)] = by_kind.get(str(k), 0) + int(n)
+        step_ns += s["mean_step_ns"]
+        tok += s["tokens_per_s"]
+    lo, hi = wilson(corrupted, gens)
+    slo, shi = wilson(wrong_steps, total_steps)
+    return RateEstimate(
+        policy=policy.name,
+        runs=seeds,
+        steps=total_steps,
+        generations=gens,
+        corrupted=corrupted,
+        per_10k=1e4 * corrupted / gens if gens else 0.0,
+        per_10k_lo=1e4 * lo,
+        per_10k_hi=1e4 * hi,
+        wrong_steps=wrong_steps,
+        per_10k_steps=1e4 * wrong_steps / total_steps if total_steps else 0.0,
+        per_10k_steps_lo=1e4 * slo,
+        per_10k_steps_hi=1e4 * shi,
+        gpu_wrong=gpu_wrong,
+        prompt_state_lost=lost,
+        by_kind=dict(sorted(by_kind.items())),
+        mean_step_ns=round(step_ns / seeds, 1),
+        tokens_per_s=round(tok / seeds, 1),
+    )
+
+
+def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> Scenario:
+    """The scenario ``res`` describes: engine from the resolution, workload scaled to
+    ``max_num_seqs``, timing = preset roofline, measured files, then ``overrides``."""
+    s = res.setup
+    k = s.num_speculative_tokens
+    acc = list(BASE_ACCEPTANCE[:k]) + [
+        max(0.3, BASE_ACCEPTANCE[-1] - 0.1 * (i + 1)) for i in range(max(0, k - 3))
+    ]
+    derived: dict[str, str] = {
+        "engine.max_num_seqs": str(s.max_num_seqs),
+        "engine.max_num_batched_tokens": str(s.max_num_batched_tokens),
+        "engine.num_speculative_tokens": str(k),
+        "engine.async_scheduling": "true" if res.async_scheduling else "false",
+        "engine.mamba_cache_mode": f'"{res.mamba_cache_mode}"',
+        "workload.initial_requests": str(s.max_num_seqs),
+        "workload.arrival_rate_per_step": repr(BASE_ARRIVALS * s.max_num_seqs / BASE_SEQS),
+        "workload.acceptance_probs": "[" + ", ".join(repr(a) for a in acc) + "]",
+    }
+    for key, value in get_preset(s.model).timing(s.max_num_seqs, k).items():
+        derived[f"timing.{key}"] = str(value)
+    merged = {**derived, **(overrides or {})}
+    if not res.prefix_caching:  # no prefix cache, no hits: what turning it off costs
+        merged["workload.prefix_hit_prob"] = "0.0"
+    return load_scenario(BASE_SCENARIO, merged, TIMING_FILES)
+
+
+def policy_object(name: str) -> Policy:
+    return SYNC_SCHEDULING if name == SYNC_SCHEDULING.name else POLICIES[name]
+
+
+@dataclass(frozen=True)
+class Mitigation:
+    name: str
+    change: str  # what to set
+    available: bool
+    reason: str = ""  # why not available, or what the release does instead
+    path: str = ""
+    estimate: RateEstimate | None = None
+    # + slower than the current configuration. MRv2's own CPU costs are not modelled: it runs
+    # MRv1's timing without the event wait.
+    step_time_pct: float = 0.0
+    tokens_per_s_pct: float = 0.0  # - fewer tokens/s than the current configuration
+
+
+@dataclass(frozen=True)
+class RiskReport:
+    setup: VllmSetup
+    resolution: Resolution
+    scenario: Scenario
+    estimate: RateEstimate | None  # None: no speculative decoding, nothing to race
+    mitigations: tuple[Mitigation, ...] = field(default_factory=tuple)
+    timing_source: str = ""
+
+    @property
+    def safe_by_construction(self) -> bool:
+        """The path builds no count from a buffer the DMA writes (#45100's fill of 1, MRv2):
+        nothing the CPU does can make a consumed count wrong."""
+        return self.estimate is not None and not policy_object(self.resolution.policy).reads_buffer
+
+    @property
+    def answer(self) -> str:
+        """The cheapest safe change, in one line."""
+        if self.estimate is None:
+            return "none needed: no speculative decoding"
+        if self.safe_by_construction:
+            return "none needed: this path reads no CPU-side count (safe by construction)"
+        first = next(
+            (m for m in self.mitigations if m.available and m.estimate and m.estimate.safe), None
+        )
+        fix = (
+            f"{first.name} ({first.change}): {first.tokens_per_s_pct:+.2f}% tokens/s"
+            + (f" ({first.reason})" if first.reason else "")
+            if first
+            else "no simulated mitigation was safe"
+        )
+        e = self.estimate
+        if e.safe:
+            return (
+                f"none corrupted in {e.generations:,} simulated generations (at most "
+                f"{e.per_10k_hi:.1f} per 10,000), but this path can corrupt; cheapest removal: "
+                f"{fix}"
+            )
+        return fix
+
+    def to_dict(self) -> dict:
+        r = self.resolution
+        return {
+            "setup": asdict(self.setup),
+            "path": r.path,
+            "policy": r.policy,
+            "runner": r.runner,
+            "prefix_caching": r.prefix_caching,
+            "mamba_cache_mode": r.mamba_cache_mode,
+            "async_scheduling": r.async_scheduling,
+            "rules": [asdict(f) for f in r.fired],
+            "notes": list(r.notes),
+            "timing": {
+                k: getattr(self.scenario.timing, k)
+                for k in ("gpu_forward_ns_base", "gpu_forward_ns_per_token", "gpu_drafter_ns")
+            },
+            "timing_source": self.timing_source,
+            "estimate": asdict(self.estimate) if self.estimate else None,
+            "safe_by_construction": self.safe_by_construction,
+            "cheapest_safe_change": self.answer,
+            "mitigations": [
+                {**asdict(m), "estimate": asdict(m.estimate) if m.estimate else None}
+                for m in self.mitigations
+            ],
+        }
+
+
+def _candidates(s: VllmSetup, res: Resolution) -> list[tuple[str, str, VllmSetup]]:
+    """Every change the release offers that can move the path, as (name, change, setup)."""
+    out: list[tuple[str, str, VllmSetup]] = []
+    if res.async_scheduling:
+        out.append(("async scheduling off", "--no-async-scheduling",
+                    replace(s, async_scheduling="off")))  # fmt: skip
+    if res.prefix_caching:
+        out.append(("prefix caching off", "--no-enable-prefix-caching",
+                    replace(s, prefix_caching="off", mamba_cache_mode="default")))  # fmt: skip
+    if s.platform == "cuda" and res.runner == "v1":
+        out.append(("model runner V2", "VLLM_USE_V2_MODEL_RUNNER=1",
+                    replace(s, runner="v2", env_v2="", mrv2_unsupported=())))  # fmt: skip
+    if s.platform == "cuda" and res.runner == "v1" and not s.patches:
+        for pr in ("51599", "53919"):
+            out.append((f"PR #{pr} (open)", f"apply vllm-project/vllm#{pr} to {s.vllm}",
+                        replace(s, patches=(pr,))))  # fmt: skip
+    if s.platform == "cuda" and s.vllm == "0.23.0":
+        out.append(("upgrade to 0.24.0 (#45100)", "pip install vllm==0.24.0",
+                    replace(s, vllm="0.24.0")))  # fmt: skip
+    if s.platform == "ascend" and s.ascend_branch == "main" and s.vllm == "0.23.0":
+        out.append(("vllm-ascend #13865", "vllm-ascend releases/v0.23.0 (17ac75217f)",
+                    replace(s, ascend_branch="v0.23.0")))  # fmt: skip
+    return out
+
+
+def assess(
+    setup: VllmSetup,
+    overrides: dict[str, str] | None = None,
+    seeds: int = 8,
+    steps: int = 2000,
+    policy: str = "",
+    mitigations: bool = True,
+    gpu_timing: str = "roofline",
+) -> RiskReport:
+    """Resolve, simulate and rank the mitigations (see the module docstring)."""
+    if seeds < 1 or steps < 2:
+        raise SpecraceError("--seeds must be >= 1 and --steps >= 2")
+    if gpu_timing not in GPU_TIMINGS:
+        raise SpecraceError(f"--gpu-timing {gpu_timing!r}: expected roofline or balanced")
+    user = dict(overrides or {})
+    overrides = {**(BALANCED_GPU if gpu_timing == "balanced" else {}), **user}
+    res = resolve(setup)
+    if policy:
+        if policy != "all" and policy not in POLICIES:
+            raise SpecraceError(f"--policy {policy!r}: unknown (known: {', '.join(POLICIES)})")
+        msg = check_policy(res, policy)
+        if msg:
+            raise SpecraceError(msg)
+    preset = get_preset(setup.model)
+    gpu = (
+        f"roofline of {preset.name} ({preset.dtype}) on one H200 (4.3 TB/s, 788 TFLOP/s measured)"
+        if gpu_timing == "roofline"
+        else "balanced (qwen35-mtp3's 6 ms forward, not the preset)"
+    )
+    source = (
+        f"GPU timing: {gpu}; CPU timing: qwen35-mtp3 defaults + data/params/h200.toml + "
+        "vllm-0.24.0-row-ops.toml"
+    )
+    if user:
+        source += "; overridden by --set " + ", ".join(sorted(user))
+    scenario = build_scenario(res, overrides)
+    if res.policy == "no-spec":
+        return RiskReport(setup, res, scenario, None, (), source)
+    cache: dict[tuple[str, bool], RateEstimate] = {}
+
+    def estimate(r: Resolution) -> RateEstimate:
+        key = (r.policy, r.async_scheduling, r.prefix_caching)
+        if key not in cache:
+            sc = build_scenario(r, overrides)
+            cache[key] = simulate_rates(sc, policy_object(r.policy), seeds, steps)
+        return cache[key]
+
+    base = estimate(res)
+    out: list[Mitigation] = []
+    for name, change, alt in _candidates(setup, res) if mitigations else []:
+        try:
+            r = resolve(alt)
+        except SpecraceError as e:
+            out.append(Mitigation(name, change, False, str(e)))
+            continue
+        if r.policy == res.policy and r.async_scheduling == res.async_scheduling:
+            out.append(Mitigation(name, change, False, f"no effect, same path: {r.path}",
+                                  r.path))  # fmt: skip
+            continue
+        e = estimate(r)
+        caveats = [*r.notes, *_caveats(alt, r, res, overrides)]
+        out.append(
+            Mitigation(
+                name, change, True, "; ".join(caveats), r.path, e,
+                step_time_pct=_pct(e.mean_step_ns, base.mean_step_ns),
+                tokens_per_s_pct=_pct(e.tokens_per_s, base.tokens_per_s),
+            )
+        )  # fmt: skip
+    out.sort(key=_rank)
+    return RiskReport(setup, res, scenario, base, tuple(out), source)
+
+
+def _caveats(alt: VllmSetup, r: Resolution, base: Resolution, overrides: dict) -> list[str]:
+    """What the cost column does not show, said next to it."""
+    out = []
+    if r.runner == "v2" and base.runner == "v1":
+        out.append("MRv2's own CPU costs are not modelled (MRv1 timing without the wait)")
+        if not FACTS["mrv2_default_for_qwen"][alt.vllm].value:
+            out.append(f"opt-in in {alt.vllm}: MRv2 is the default for Qwen hybrids from 0.29.0")
+    if base.prefix_caching and not r.prefix_caching and "workload.prefix_hit_prob" not in overrides:
+        out.append("lost prefix-cache hits cost nothing here: set workload.prefix_hit_prob")
+    return out
+
+
+def _pct(new: float, old: float) -> float:
+    return round(100.0 * (new - old) / old, 2) if old else 0.0
+
+
+def _rank(m: Mitigation) -> tuple:
+    """Available before not; safe (nothing corrupted) first; then the highest tokens/s."""
+    if not m.available or m.estimate is None:
+        return (2, 0.0, m.name)
+    return (0 if m.estimate.safe else 1, -m.estimate.tokens_per_s, m.name)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The release-rule comparison (release_rules.py --compare) for every modelled vLLM release,
+# summarised in data/conformance/releases.json: per release, per fact, whether sim.resolve's
+# premise held in that release's source. Fetches each release once (fetch_release.sh, about
+# 280 MB each, one at a time). Pure AST over the sources: any python with this repo's deps.
+#   VERSIONS="0.27.1 0.33.0" bash tests/conformance/all_releases.sh   (default: all modelled)
+#   CACHE=DIR   where wheels and unpacked trees live (default: the repository's .cache)
+#   PYTHON=...  interpreter (default: .venv/bin/python, else python3)
+#   ASCEND_GIT=DIR  a vllm-ascend clone: also check its facts -> data/conformance/ascend.json
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cache="${CACHE:-$repo/.cache}"
+py="${PYTHON:-$repo/.venv/bin/python}"
+test -x "$py" || py=python3
+cd "$repo"
+versions="${VERSIONS:-$("$py" -c 'from sim.resolve.release_facts import RELEASES; print(*RELEASES)')}"
+if [[ -n "${ASCEND_GIT:-}" ]]; then
+    "$py" "$here/ascend_rules.py" "$ASCEND_GIT" > "$repo/data/conformance/.ascend.json.tmp"
+    mv "$repo/data/conformance/.ascend.json.tmp" "$repo/data/conformance/ascend.json"
+    echo "wrote $repo/data/conformance/ascend.json"
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+for v in $versions; do
+    PIP="${PIP:-$py -m pip}" bash "$here/fetch_release.sh" "$v" "$cache"
+    "$py" "$here/release_rules.py" --compare "$cache/vllm-$v" > "$tmp/$v.json"
+done
+"$py" - "$tmp" "$repo/data/conformance/releases.json" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, ".")
+from sim.runs.io import write_json
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+releases = {}
+for f in sorted(src.glob("*.json"), key=lambda p: tuple(int(x) for x in p.stem.split("."))):
+    d = json.loads(f.read_text())
+    releases[d["version"]] = {
+        "all_held": d["all_held"],
+        "facts": {
+            name: {"held": row["held"], "rules": row["rules"], "file": row["source"]["file"],
+                   "line": row["source"]["line"], "value": row["source"]["value"]}
+            for name, row in d["facts"].items()
+        },
+    }
+old = json.loads(out.read_text())["releases"] if out.is_file() else {}
+old.update(releases)
+write_json(out, {"generated_by": "tests/conformance/all_releases.sh", "releases": old})
+bad = [v for v, r in old.items() if not r["all_held"]]
+print(f"wrote {out}: {len(old)} releases, premises broken in: {', '.join(bad) or 'none'}")
+sys.exit(1 if bad else 0)
+PY

@@ -1,0 +1,527 @@
+"""Read, from one vLLM release's own source tree, the facts sim.resolve's rules rest on.
+
+Pure ``ast`` over the unpacked ``.py`` files (never an import of vLLM, never a copy of its
+code), so it runs in any interpreter: the conformance suite calls it for the pinned release,
+``all_releases.sh`` for every release it can fetch. Each finder returns a :class:`Found`:
+the value the rule needs, the file and the 1-based line it was read from, or ``value=None``
+when the construct is absent (e.g. the #45100 guard before 0.24.0).
+
+Run as a script: ``python release_rules.py TREE`` prints the facts as JSON.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+GMR = "vllm/v1/worker/gpu_model_runner.py"
+MAMBA_UTILS = "vllm/v1/worker/mamba_utils.py"
+ARG_UTILS = "vllm/engine/arg_utils.py"
+MODEL_CFG = "vllm/config/model.py"
+MODELS_CFG = "vllm/model_executor/models/config.py"
+CACHE_CFG = "vllm/config/cache.py"
+VLLM_CFG = "vllm/config/vllm.py"
+SPEC_CFG = "vllm/config/speculative.py"
+MRV2_MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+QWEN_FILES = ("vllm/model_executor/models/qwen3_5.py", "vllm/model_executor/models/qwen3_next.py")
+# The architectures our model presets resolve to (config.json of Qwen3.5 / Qwen3.6 / Qwen3-Next).
+QWEN_ARCHS = (
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3NextForCausalLM",
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    value: Any
+    file: str
+    line: int  # 0 when absent
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Tree:
+    """Parsed files of one unpacked release, cached."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._ast: dict[str, ast.Module] = {}
+
+    def ast(self, rel: str) -> ast.Module:
+        if rel not in self._ast:
+            self._ast[rel] = ast.parse((self.root / rel).read_text(), filename=rel)
+        return self._ast[rel]
+
+    def exists(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
+
+    def version(self) -> str:
+        ns: dict[str, Any] = {}
+        for node in self.ast("vllm/_version.py").body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                for t in node.targets:
+                    for name in ast.walk(t):
+                        if isinstance(name, ast.Name):
+                            ns[name.id] = node.value.value
+        return str(ns.get("__version__", "?"))
+
+
+def _func(mod: ast.AST, name: str) -> ast.FunctionDef | None:
+    for node in ast.walk(mod):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
+def _class(mod: ast.AST, name: str) -> ast.ClassDef | None:
+    for node in ast.walk(mod):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    return None
+
+
+def _src(node: ast.AST) -> str:
+    return ast.unparse(node)
+
+
+# -- the accepted-count block (#45100) -------------------------------------------------------
+def guard(t: Tree) -> Found:
+    """``needs_cpu_accepted_counts = ...`` in ``_prepare_inputs`` (#45100), evaluated for every
+    (async scheduling, mamba_cache_mode) with the event present: the value lists the
+    combinations that still take the synchronised CPU path; None when absent (0.23.0)."""
+    fn = _func(t.ast(GMR), "_prepare_inputs")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(x, ast.Name) and x.id == "needs_cpu_accepted_counts" for x in node.targets
+        ):
+            code = compile(ast.Expression(node.value), GMR, "eval")
+            cpu_path = []
+            for async_on in (False, True):
+                for mode in ("align", "all", "none"):
+                    runner = _Stub(
+                        num_accepted_tokens_event=object(),
+                        use_async_scheduling=async_on,
+                        cache_config=_Stub(mamba_cache_mode=mode),
+                    )
+                    if eval(code, {"__builtins__": {}}, {"self": runner}):  # noqa: S307
+                        cpu_path.append(f"async={async_on},mode={mode}")
+            return Found(cpu_path, GMR, node.lineno)
+    return Found(None, GMR, 0)
+
+
+class _Stub:
+    def __init__(self, **kw: Any) -> None:
+        self.__dict__.update(kw)
+
+
+def unguarded_sync(t: Tree) -> Found:
+    """Pre-#45100: ``if self.num_accepted_tokens_event is not None:`` whose first statement is
+    ``self.num_accepted_tokens_event.synchronize()`` (v0.23.0 L2021-2022). True when present."""
+    fn = _func(t.ast(GMR), "_prepare_inputs")
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.If)
+            and _src(node.test) == "self.num_accepted_tokens_event is not None"
+            and node.body
+            and _src(node.body[0]) == "self.num_accepted_tokens_event.synchronize()"
+        ):
+            return Found(True, GMR, node.lineno)
+    return Found(False, GMR, 0)
+
+
+def _copy_into(fn: ast.AST, target_src: str) -> int:
+    """Line of ``<target_src>[...].copy_(..., non_blocking=True)`` inside ``fn``, or 0."""
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "copy_"
+            and isinstance(node.func.value, ast.Subscript)
+            and _src(node.func.value.value) == target_src
+            and any(
+                k.arg == "non_blocking" and getattr(k.value, "value", None) is True
+                for k in node.keywords
+            )
+        ):
+            return node.lineno
+    return 0
+
+
+def nonalign_d2h(t: Tree) -> Found:
+    """The non-align branch D2H-copies non-blocking into the InputBatch's pinned tensor."""
+    fn = _func(t.ast(GMR), "_update_states_after_model_execute")
+    line = _copy_into(fn, "self.input_batch.num_accepted_tokens_cpu_tensor") if fn else 0
+    return Found(bool(line), GMR, line)
+
+
+def align_d2h(t: Tree) -> Found:
+    """The align branch: the runner passes the InputBatch's pinned tensor to
+    ``postprocess_mamba_align_gpu``, which copies into it non-blocking (mamba_utils.py)."""
+    fn = _func(t.ast(GMR), "_update_states_after_model_execute")
+    passes = False
+    for node in ast.walk(fn) if fn else ():
+        if isinstance(node, ast.Call) and _src(node.func).endswith("postprocess_mamba_align_gpu"):
+            passes = any(
+                k.arg == "num_accepted_tokens_cpu_tensor"
+                and _src(k.value) == "self.input_batch.num_accepted_tokens_cpu_tensor"
+                for k in node.keywords
+            )
+    post = _func(t.ast(MAMBA_UTILS), "postprocess_mamba_align_gpu")
+    line = _copy_into(post, "num_accepted_tokens_cpu_tensor") if post else 0
+    return Found(passes and bool(line), MAMBA_UTILS, line)
+
+
+# -- configuration defaults --------------------------------------------------------------------
+def prefix_caching_default_hybrid(t: Tree) -> Found:
+    """What ``enable_prefix_caching=None`` becomes for a generative hybrid model: evaluate the
+    release's ``default_prefix_caching = ...`` expression (arg_utils.py) with
+    ``is_prefix_caching_supported`` read from the hybrid branch of config/model.py."""
+    supported = _hybrid_supports_prefix_caching(t)
+    fn = _func(t.ast(ARG_UTILS), "_set_default_chunked_prefill_and_prefix_caching_args")
+    mod = fn or t.ast(ARG_UTILS)
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(x, ast.Name) and x.id == "default_prefix_caching" for x in node.targets
+        ):
+            expr = ast.Expression(node.value)
+            model_config = _Stub(is_prefix_caching_supported=supported, is_hybrid=True)
+            code = compile(expr, ARG_UTILS, "eval")
+            value = eval(code, {"__builtins__": {}}, {"model_config": model_config})  # noqa: S307
+            return Found(bool(value), ARG_UTILS, node.lineno)
+    return Found(None, ARG_UTILS, 0)
+
+
+def _hybrid_supports_prefix_caching(t: Tree) -> bool:
+    fn = _func(t.ast(MODEL_CFG), "is_prefix_caching_supported")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and _src(node.test) == "attn_type == 'hybrid'":
+            for stmt in node.body:
+                if isinstance(stmt, ast.Return):
+                    return bool(stmt.value.value)
+    raise ValueError("is_prefix_caching_supported: no hybrid branch")
+
+
+def prefix_caching_hybrid_branch(t: Tree) -> Found:
+    """Line of the hybrid branch of ``is_prefix_caching_supported`` (config/model.py)."""
+    fn = _func(t.ast(MODEL_CFG), "is_prefix_caching_supported")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and _src(node.test) == "attn_type == 'hybrid'":
+            return Found(_hybrid_supports_prefix_caching(t), MODEL_CFG, node.lineno)
+    return Found(None, MODEL_CFG, 0)
+
+
+def prefix_caching_mode(t: Tree) -> Found:
+    """With prefix caching on and ``mamba_cache_mode == "none"``, what it becomes
+    (MambaModelConfig.verify_and_update_config): ``"align"``, or ``"all|align"`` for the older
+    ``"all" if supports_mamba_prefix_caching else "align"``."""
+    cls = _class(t.ast(MODELS_CFG), "MambaModelConfig")
+    for node in ast.walk(cls):
+        if (
+            isinstance(node, ast.If)
+            and _src(node.test) == "cache_config.mamba_cache_mode == 'none'"
+        ):
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and _src(stmt.targets[0]) == (
+                    "cache_config.mamba_cache_mode"
+                ):
+                    v = stmt.value
+                    if isinstance(v, ast.Constant):
+                        return Found(v.value, MODELS_CFG, stmt.lineno)
+                    if isinstance(v, ast.IfExp):
+                        return Found(f"{v.body.value}|{v.orelse.value}", MODELS_CFG, stmt.lineno)
+    return Found(None, MODELS_CFG, 0)
+
+
+def all_falls_back_to_align(t: Tree) -> Found:
+    """With prefix caching on, ``mamba_cache_mode == "all"`` on a model without
+    ``SupportsMambaPrefixCaching`` becomes ``"align"``; None where the branch is gone."""
+    cls = _class(t.ast(MODELS_CFG), "MambaModelConfig")
+    for node in ast.walk(cls):
+        if isinstance(node, ast.If) and _src(node.test) == (
+            "cache_config.mamba_cache_mode == 'all' and "
+            "(not model_config.supports_mamba_prefix_caching)"
+        ):
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and _src(stmt.targets[0]) == (
+                    "cache_config.mamba_cache_mode"
+                ):
+                    return Found(stmt.value.value, MODELS_CFG, node.lineno)
+    return Found(None, MODELS_CFG, 0)
+
+
+def prefix_caching_off_forces_none(t: Tree) -> Found:
+    """With prefix caching off, any ``mamba_cache_mode`` other than ``"none"`` is set back to
+    ``"none"`` (the else branch of ``if cache_config.enable_prefix_caching``)."""
+    cls = _class(t.ast(MODELS_CFG), "MambaModelConfig")
+    for node in ast.walk(cls):
+        if isinstance(node, ast.If) and _src(node.test) == "cache_config.enable_prefix_caching":
+            for stmt in node.orelse:
+                if (
+                    isinstance(stmt, ast.If)
+                    and _src(stmt.test) == "cache_config.mamba_cache_mode != 'none'"
+                    and _src(stmt.body[0]) == "cache_config.mamba_cache_mode = 'none'"
+                ):
+                    return Found(True, MODELS_CFG, stmt.lineno)
+    return Found(False, MODELS_CFG, 0)
+
+
+def spec_event(t: Tree) -> Found:
+    """``num_accepted_tokens_event`` is created only under an ``if`` on speculative tokens:
+    without speculative decoding there is no count to copy and nothing to race."""
+    fn = _func(_class(t.ast(GMR), "GPUModelRunner"), "__init__")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and any(
+            isinstance(s, ast.Assign)
+            and _src(s.targets[0]) == "self.num_accepted_tokens_event"
+            and isinstance(s.value, ast.Call)
+            for s in node.body
+        ):
+            return Found(_src(node.test), GMR, node.lineno)
+    return Found(None, GMR, 0)
+
+
+def qwen_mamba_prefix_caching(t: Tree) -> Found:
+    """Whether any Qwen3.5/Qwen3-Next model class lists ``SupportsMambaPrefixCaching`` (which
+    would make the older releases pick ``"all"``)."""
+    for rel in QWEN_FILES:
+        for node in ast.walk(t.ast(rel)):
+            if isinstance(node, ast.ClassDef) and any(
+                _src(b) == "SupportsMambaPrefixCaching" for b in node.bases
+            ):
+                return Found(True, rel, node.lineno)
+    return Found(False, QWEN_FILES[0], 0)
+
+
+def mamba_cache_modes(t: Tree) -> Found:
+    """The values of ``MambaCacheMode = Literal[...]`` (config/cache.py)."""
+    for node in t.ast(CACHE_CFG).body:
+        if isinstance(node, ast.Assign) and _src(node.targets[0]) == "MambaCacheMode":
+            sl = node.value.slice
+            elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+            return Found(sorted(e.value for e in elts), CACHE_CFG, node.lineno)
+    return Found(None, CACHE_CFG, 0)
+
+
+def _property(t: Tree, name: str) -> ast.FunctionDef:
+    cls = _class(t.ast(VLLM_CFG), "VllmConfig")
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise ValueError(f"VllmConfig.{name} not found")
+
+
+def mrv2_default_for_qwen(t: Tree) -> Found:
+    """Whether ``use_v2_model_runner`` defaults to MRv2 for a Qwen3.5/Qwen3-Next + MTP config
+    with nothing unsupported: False when it first requires ``_is_default_v2_model_runner_model``
+    and the default-architecture list names none of the Qwen hybrid architectures."""
+    fn = _property(t, "use_v2_model_runner")
+    calls = any(
+        isinstance(n, ast.Attribute) and n.attr == "_is_default_v2_model_runner_model"
+        for n in ast.walk(fn)
+    )
+    if not calls:
+        return Found(True, VLLM_CFG, fn.lineno)
+    for node in t.ast(VLLM_CFG).body:
+        if isinstance(node, ast.Assign) and _src(node.targets[0]) == (
+            "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"
+        ):
+            v = node.value.args[0] if isinstance(node.value, ast.Call) else node.value
+            archs = set(ast.literal_eval(v))
+            return Found(bool(archs & set(QWEN_ARCHS)), VLLM_CFG, node.lineno)
+    return Found(False, VLLM_CFG, fn.lineno)
+
+
+def mrv2_env_override(t: Tree) -> Found:
+    """``VLLM_USE_V2_MODEL_RUNNER`` set (0 or 1) decides ``use_v2_model_runner`` before any
+    default: the property returns it as soon as it is not None."""
+    fn = _property(t, "use_v2_model_runner")
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and _src(node.value) == "envs.VLLM_USE_V2_MODEL_RUNNER"
+            and _src(node.targets[0]) == "use_v2_model_runner"
+        ):
+            return Found(True, VLLM_CFG, node.lineno)
+    return Found(False, VLLM_CFG, 0)
+
+
+def mrv2_supports_mtp(t: Tree) -> Found:
+    """``_get_v2_model_runner_unsupported_features`` does not list MTP: either a
+    ``method not in (...)`` whitelist names ``"mtp"``, or no branch names it as unsupported."""
+    fn = _property(t, "_get_v2_model_runner_unsupported_features")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and _src(node.left) == "speculative_config.method":
+            op, right = node.ops[0], node.comparators[0]
+            if isinstance(right, ast.Tuple):
+                names = {e.value for e in right.elts if isinstance(e, ast.Constant)}
+                if isinstance(op, ast.NotIn) and len(names) > 2:
+                    return Found("mtp" in names, VLLM_CFG, node.lineno)
+                if isinstance(op, ast.In) and "mtp" in names:
+                    return Found(False, VLLM_CFG, node.lineno)
+    return Found(True, VLLM_CFG, fn.lineno)
+
+
+def mrv2_unsupported_features(t: Tree) -> Found:
+    """The fixed feature names ``_get_v2_model_runner_unsupported_features`` appends (also
+    those of helpers it extends with, e.g. 0.33.0's ``_get_dbo_unsupported_features``): any of
+    them in a configuration makes ``use_v2_model_runner`` fall back to MRv1."""
+    fn = _property(t, "_get_v2_model_runner_unsupported_features")
+    names = set(_appended_names(fn))
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.Call)
+            and _src(n.func) == "unsupported.extend"
+            and isinstance(n.args[0], ast.Call)
+            and isinstance(n.args[0].func, ast.Attribute)
+        ):
+            helper = _property(t, n.args[0].func.attr)
+            names |= set(_appended_names(helper))
+            for r in ast.walk(helper):
+                if isinstance(r, ast.Return) and isinstance(r.value, ast.List):
+                    names |= {e.value for e in r.value.elts if isinstance(e, ast.Constant)}
+    return Found(sorted(names), VLLM_CFG, fn.lineno)
+
+
+def _appended_names(fn: ast.AST) -> list[str]:
+    return [
+        n.args[0].value
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "append"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and isinstance(n.args[0].value, str)
+    ]
+
+
+def mrv2_validation_raises(t: Tree) -> Found:
+    """With MRv2 chosen (e.g. ``VLLM_USE_V2_MODEL_RUNNER=1``) and any unsupported feature,
+    ``_validate_v2_model_runner`` raises ``ValueError`` (vLLM refuses to start) instead of
+    falling back."""
+    fn = _property(t, "_validate_v2_model_runner")
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.If)
+            and _src(node.test) == "unsupported"
+            and isinstance(node.body[0], ast.Raise)
+            and _src(node.body[0].exc.func) == "ValueError"
+        ):
+            return Found(True, VLLM_CFG, node.lineno)
+    return Found(False, VLLM_CFG, fn.lineno)
+
+
+def async_default_on_with_mtp(t: Tree) -> Found:
+    """``async_scheduling=None`` ends in ``= True`` unless an exception applies, and MTP is an
+    EAGLE-type method (config/speculative.py), so none of the spec exceptions applies."""
+    mtp_is_eagle = False
+    for node in t.ast(SPEC_CFG).body:
+        if isinstance(node, ast.Assign) and _src(node.targets[0]) == "EagleModelTypes":
+            mtp_is_eagle = "MTPModelTypes" in _src(node.value) or "'mtp'" in _src(node.value)
+    fn = _func(_class(t.ast(VLLM_CFG), "VllmConfig"), "__post_init__")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and _src(node.test) == (
+            "self.scheduler_config.async_scheduling is None"
+        ):
+            for stmt in ast.walk(node):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and _src(stmt.targets[0]) == "self.scheduler_config.async_scheduling"
+                    and getattr(stmt.value, "value", None) is True
+                ):
+                    return Found(mtp_is_eagle, VLLM_CFG, stmt.lineno)
+    return Found(None, VLLM_CFG, 0)
+
+
+def mrv2_counts_on_gpu(t: Tree) -> Found:
+    """MRv2 (model_states/mamba_hybrid.py): the accepted counts are a GPU tensor
+    ``num_accepted_tokens_gpu`` indexed by request-state slot, and the file does no
+    non-blocking copy at all (nothing lands in a CPU buffer rows could move)."""
+    if not t.exists(MRV2_MAMBA):
+        return Found(None, MRV2_MAMBA, 0)
+    mod = t.ast(MRV2_MAMBA)
+    line = 0
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Assign) and _src(node.targets[0]) == "self.num_accepted_tokens_gpu":
+            line = node.lineno
+    d2h = any(isinstance(n, ast.keyword) and n.arg == "non_blocking" for n in ast.walk(mod))
+    return Found(bool(line) and not d2h, MRV2_MAMBA, line)
+
+
+FINDERS = {
+    "guard_45100": guard,
+    "unguarded_sync": unguarded_sync,
+    "nonalign_d2h_into_input_batch": nonalign_d2h,
+    "align_d2h_into_input_batch": align_d2h,
+    "prefix_caching_default_hybrid": prefix_caching_default_hybrid,
+    "prefix_caching_hybrid_supported": prefix_caching_hybrid_branch,
+    "prefix_caching_none_becomes": prefix_caching_mode,
+    "qwen_supports_mamba_prefix_caching": qwen_mamba_prefix_caching,
+    "all_falls_back_to_align": all_falls_back_to_align,
+    "prefix_caching_off_forces_none": prefix_caching_off_forces_none,
+    "spec_event": spec_event,
+    "mamba_cache_modes": mamba_cache_modes,
+    "mrv2_default_for_qwen": mrv2_default_for_qwen,
+    "mrv2_env_override": mrv2_env_override,
+    "mrv2_supports_mtp": mrv2_supports_mtp,
+    "mrv2_unsupported_features": mrv2_unsupported_features,
+    "mrv2_validation_raises": mrv2_validation_raises,
+    "async_default_on_with_mtp": async_default_on_with_mtp,
+    "mrv2_counts_on_gpu": mrv2_counts_on_gpu,
+}
+
+
+def read_facts(root: Path) -> dict[str, dict[str, Any]]:
+    t = Tree(root)
+    return {name: f(t).to_dict() for name, f in FINDERS.items()}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def compare(root: Path) -> dict[str, Any]:
+    """Each fact sim.resolve relies on for this release, as its source has it now: ``held``
+    when value, file and line all agree, with the rules that rest on it."""
+    from sim.resolve.release_facts import FACTS
+    from sim.resolve.rules import RULES
+
+    tree = Tree(root)
+    version = tree.version()
+    found = read_facts(root)
+    out: dict[str, Any] = {}
+    for name in sorted(FINDERS):
+        want = FACTS.get(name, {}).get(version)
+        got = found[name]
+        held = want is not None and (
+            _plain(want.value) == got["value"]
+            and want.file == got["file"]
+            and want.line == got["line"]
+        )
+        out[name] = {
+            "held": held,
+            "rules": sorted(r.id for r in RULES.values() if r.fact == name),
+            "source": got,
+            "expected": None
+            if want is None
+            else {"value": _plain(want.value), "file": want.file, "line": want.line},
+        }
+    return {"version": version, "all_held": all(v["held"] for v in out.values()), "facts": out}
+
+
+if __name__ == "__main__":
+    # release_rules.py TREE            the facts as the release's source has them
+    # release_rules.py --compare TREE  the same beside sim.resolve's committed facts
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's sim
+    if sys.argv[1] == "--compare":
+        print(json.dumps(compare(Path(sys.argv[2])), indent=1, sort_keys=True))
+    else:
+        tree = Tree(Path(sys.argv[1]))
+        out = {"version": tree.version(), "facts": read_facts(Path(sys.argv[1]))}
+        print(json.dumps(out, indent=1, sort_keys=True))

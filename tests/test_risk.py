@@ -1,0 +1,169 @@
+"""The risk answer: rates with intervals, mitigations ranked, the check, the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.errors import SpecraceError
+from sim.model.params import load_scenario
+from sim.resolve.check import check_policy, check_scenario_policy
+from sim.resolve.presets import PRESETS, get_preset
+from sim.resolve.resolution import VllmSetup, resolve
+from sim.resolve.risk import assess, build_scenario, wilson
+
+ROOT = Path(__file__).resolve().parent.parent
+# qwen35-mtp3's own GPU timing: the balanced regime, where the race happens.
+BALANCED = {
+    "timing.gpu_forward_ns_base": "6000000",
+    "timing.gpu_forward_ns_per_token": "2000",
+    "timing.gpu_drafter_ns": "800000",
+}
+
+
+def test_wilson_matches_hand_values() -> None:
+    # 0 of n: upper bound z^2 / (n + z^2); 5 of 10 is symmetric about 1/2.
+    z2 = 1.959963984540054**2
+    assert wilson(0, 10) == (0.0, pytest.approx(z2 / (10 + z2)))
+    lo, hi = wilson(5, 10)
+    assert lo == pytest.approx(1 - hi) and lo == pytest.approx(0.2366, abs=1e-4)
+    assert wilson(0, 0) == (0.0, 0.0)
+
+
+def test_roofline_of_the_dense_preset_by_hand() -> None:
+    t = get_preset("qwen3.5-27b").timing(64, 3)
+    assert t["gpu_forward_ns_base"] == int(27e9 * 2 / 4.3e12 * 1e9)  # 54 GB at 4.3 TB/s
+    assert t["gpu_forward_ns_per_token"] == int(2 * 27e9 / 788e12 * 1e9)
+    # An MoE batch of 256 tokens, top-10 of 512 experts, touches 1 - (1 - 10/512)^256 of them.
+    moe = get_preset("qwen3-next-80b-a3b")
+    share = 1 - (1 - 10 / 512) ** 256
+    assert moe.weight_bytes_per_step(256) == pytest.approx((3e9 + 77e9 * share) * 1.0)
+    with pytest.raises(SpecraceError, match="unknown model preset"):
+        get_preset("gpt-2")
+    assert set(PRESETS) >= {"qwen3.5-27b", "qwen3-next-80b-a3b", "qwen3.6-35b-a3b"}
+
+
+def test_scenario_follows_the_resolution_and_the_overrides() -> None:
+    res = resolve(VllmSetup(vllm="0.28.0", max_num_seqs=4, num_speculative_tokens=5))
+    sc = build_scenario(res, {"timing.gpu_drafter_ns": "123"})
+    assert sc.engine.max_num_seqs == 4 and sc.engine.num_speculative_tokens == 5
+    assert sc.engine.mamba_cache_mode == "align" and sc.engine.async_scheduling
+    assert sc.workload.initial_requests == 4 and len(sc.workload.acceptance_probs) == 5
+    assert sc.timing.gpu_drafter_ns == 123
+    assert (
+        sc.timing.gpu_forward_ns_base
+        == get_preset("qwen3.5-27b").timing(4, 5)["gpu_forward_ns_base"]
+    )
+    h200 = load_scenario("qwen35-mtp3", timing_files=(str(ROOT / "data/params/h200.toml"),))
+    assert sc.timing.dma_land_delay_ns == h200.timing.dma_land_delay_ns
+
+
+@pytest.fixture(scope="module")
+def align_report():
+    return assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=2, steps=600)
+
+
+def test_align_in_the_balanced_regime_corrupts_and_every_fix_ranks_above(align_report) -> None:
+    rep = align_report
+    e = rep.estimate
+    assert rep.resolution.policy == "align" and e.corrupted > 0
+    assert e.per_10k_lo < e.per_10k < e.per_10k_hi
+    assert e.generations > 0 and e.runs == 2 and e.steps == 1200
+    assert sum(e.by_kind.values()) == e.gpu_wrong
+    names = [m.name for m in rep.mitigations]
+    assert {"async scheduling off", "prefix caching off", "model runner V2"} <= set(names)
+    available = [m for m in rep.mitigations if m.available]
+    safe = [m.estimate.safe for m in available]
+    assert safe == sorted(safe, reverse=True)  # safe ones first
+    tok = [m.estimate.tokens_per_s for m in available if m.estimate.safe]
+    assert tok == sorted(tok, reverse=True)  # cheapest safe first
+    by = {m.name: m for m in rep.mitigations}
+    assert by["model runner V2"].estimate.policy == "mrv2"
+    assert by["async scheduling off"].tokens_per_s_pct < 0  # sync costs throughput
+
+
+def test_same_inputs_same_report(align_report) -> None:
+    again = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=2, steps=600)
+    assert json.dumps(again.to_dict(), sort_keys=True) == json.dumps(
+        align_report.to_dict(), sort_keys=True
+    )
+
+
+def test_check_policy_says_one_line() -> None:
+    align = resolve(VllmSetup(vllm="0.28.0"))
+    msg = check_policy(align, "synced-gather")
+    assert msg and "\n" not in msg and "policy align" in msg
+    assert check_policy(align, "align") is None and check_policy(align, "all") is None
+    assert "--patch 51599" in check_policy(align, "private-buffer")
+    off = resolve(VllmSetup(vllm="0.28.0", async_scheduling="off"))
+    assert "one row, not one per policy" in check_policy(off, "all")
+    sc = load_scenario("qwen35-mtp3")
+    assert check_scenario_policy(sc.engine, "device-authoritative") is None
+    assert "contradicts" in check_scenario_policy(sc.engine, "align")
+
+
+def _risk(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sim", "risk", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (("--vllm", "0.26.1"), "unknown release"),
+        (("--vllm", "0.20.0"), "too old"),
+        (("--model", "qwen9-1t"), "unknown model preset"),
+        (("--runner", "v1", "--vllm-use-v2-model-runner", "1"), "contradicts"),
+        (("--vllm", "0.24.0", "--runner", "v2", "--prefix-caching", "on"), "does not yet support"),
+        (("--vllm", "0.28.0", "--policy", "synced-gather"), "contradicts vLLM 0.28.0"),
+        (("--async", "off", "--policy", "align"), "async scheduling is off"),
+        (("--vllm", "0.33.0", "--prefix-caching", "on", "--mamba-cache-mode", "all"), "removed"),
+        (("--spec", "mtp"), "expected METHOD:K"),
+        (("--set", "timing.nope=1"), "unknown key timing.nope"),
+        (("--gpu-timing", "fast"), "expected roofline or balanced"),
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(argv: tuple[str, ...], match: str) -> None:
+    r = _risk(*argv, "--seeds", "1", "--steps", "50")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_answers_with_the_path_the_rules_and_json() -> None:
+    r = _risk("--vllm", "0.27.1", "--seeds", "1", "--steps", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "policy device-authoritative" in r.stdout
+    assert "vllm 0.27.1 vllm/engine/arg_utils.py:2604" in r.stdout
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["policy"] == "device-authoritative" and out["estimate"]["runs"] == 1
+    assert math.isclose(out["estimate"]["per_10k"], 0.0)
+
+
+def test_the_answer_line(align_report) -> None:
+    first = next(m for m in align_report.mitigations if m.available and m.estimate.safe)
+    assert align_report.answer.startswith(first.name)
+    assert not align_report.safe_by_construction
+    da = assess(VllmSetup(vllm="0.27.1"), seeds=1, steps=100, mitigations=False)
+    assert da.safe_by_construction and "safe by construction" in da.answer
+    nospec = assess(VllmSetup(spec_method="none", num_speculative_tokens=0), seeds=1, steps=50)
+    assert nospec.estimate is None and "no speculative decoding" in nospec.answer
+
+
+def test_balanced_gpu_timing_is_the_scenarios_own() -> None:
+    a = assess(VllmSetup(vllm="0.28.0"), gpu_timing="balanced", seeds=1, steps=200,
+               mitigations=False)  # fmt: skip
+    b = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=1, steps=200, mitigations=False)
+    assert a.estimate == b.estimate and a.scenario.timing == b.scenario.timing
+    assert a.scenario.timing.gpu_forward_ns_base == 6_000_000
