@@ -59,7 +59,7 @@ def test_scenario_follows_the_resolution_and_the_overrides() -> None:
         sc.timing.gpu_forward_ns_base
         == get_preset("qwen3.5-27b").timing(4, 5)["gpu_forward_ns_base"]
     )
-    h200 = load_scenario("qwen35-mtp3", timing_files=(str(ROOT / "data/params/h200.toml"),))
+    h200 = load_scenario("qwen35-mtp3", timing_files=("h200",))
     assert sc.timing.dma_land_delay_ns == h200.timing.dma_land_delay_ns
 
 
@@ -129,7 +129,7 @@ def _risk(*argv: str) -> subprocess.CompletedProcess:
         (("--async", "off", "--policy", "align"), "async scheduling is off"),
         (("--vllm", "0.33.0", "--prefix-caching", "on", "--mamba-cache-mode", "all"), "removed"),
         (("--spec", "mtp"), "expected METHOD:K"),
-        (("--set", "timing.nope=1"), "unknown key timing.nope"),
+        (("--set", "timing.nope=1"), "--set timing.nope: unknown key"),
         (("--gpu-timing", "fast"), "expected roofline or balanced"),
     ],
 )

@@ -35,10 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE_SCENARIO = "qwen35-mtp3"
 # Measured timing applied under the preset: H200 D2H landing / event sync / H2D issue, and
 # vLLM 0.24.0's real InputBatch row-op costs (data/params/README.md).
-TIMING_FILES = (
-    str(ROOT / "data" / "params" / "h200.toml"),
-    str(ROOT / "data" / "params" / "vllm-0.24.0-row-ops.toml"),
-)
+TIMING_FILES = ("h200", "vllm-0.24.0-row-ops")  # built-in timing files (sim/model/timing/)
 # qwen35-mtp3 keeps 64 sequences busy with 0.33 arrivals per step; scaled linearly.
 BASE_SEQS, BASE_ARRIVALS = 64, 0.33
 # Conditional per-position acceptance: qwen35-mtp3's three, then falling by 0.1 (>= 0.3).
@@ -299,8 +296,8 @@ def assess(
         else "balanced (qwen35-mtp3's 6 ms forward, not the preset)"
     )
     source = (
-        f"GPU timing: {gpu}; CPU timing: qwen35-mtp3 defaults + data/params/h200.toml + "
-        "vllm-0.24.0-row-ops.toml"
+        f"GPU timing: {gpu}; CPU timing: qwen35-mtp3 defaults + the built-in timing files h200 + "
+        "vllm-0.24.0-row-ops"
     )
     if user:
         source += "; overridden by --set " + ", ".join(sorted(user))
