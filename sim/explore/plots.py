@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from sim.errors import SpecraceError
@@ -26,6 +27,7 @@ from sim.explore.analysis import (
     swept_columns,
 )
 from sim.model.input_batch import RowOp
+from sim.model.policies import POLICIES
 
 # Distinct marker + line style per policy, so policies with identical values stay visible.
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -64,47 +66,54 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     label, scale = param_axis(x, rates[x])
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True, sharey=True)
-    policies = sorted(rates["policy"].unique())
+    policies = policy_order(rates["policy"].unique())
     xs = rates[x].to_numpy(dtype=float) * scale
     span = (xs.max() - xs.min()) or max(abs(xs.max()), 1.0)
+    handles: list[Line2D] = []
     for ax, (what, panel_title) in zip(axes, PANELS, strict=True):
         for i, policy in enumerate(policies):
             g = rates[rates["policy"] == policy].sort_values(x)
-            # Dodge each policy by 0.8 % of the range: equal series sit side by side.
-            gx = g[x].to_numpy(dtype=float) * scale + (i - (len(policies) - 1) / 2) * 0.008 * span
+            # Dodge each policy by 1.5 % of the range: equal series sit side by side.
+            gx = g[x].to_numpy(dtype=float) * scale + (i - (len(policies) - 1) / 2) * 0.015 * span
             y = g[f"{what}_rate"].to_numpy() * PER
-            err = np.vstack([y - g[f"{what}_lo"] * PER, g[f"{what}_hi"] * PER - y])
-            st = _style(i)
-            total = int(g[what].sum())
+            lo, hi = g[f"{what}_lo"].to_numpy() * PER, g[f"{what}_hi"].to_numpy() * PER
+            k = g[what].to_numpy()
+            st, color = _style(i), f"C{i}"
+            seen = k > 0
             ax.errorbar(
-                gx,
-                y,
-                yerr=err,
+                gx[seen],
+                y[seen],
+                yerr=np.vstack([y[seen] - lo[seen], hi[seen] - y[seen]]),
                 marker=st["marker"],
                 linestyle="none" if swarm else st["linestyle"],
+                color=color,
                 capsize=3,
                 markersize=5,
                 alpha=0.85,
-                label=f"{policy} ({total:,} wrong)",
             )
+            # None seen: a hollow down-triangle at the 95 % upper bound (a log axis has no 0).
+            ax.plot(gx[~seen], hi[~seen], marker="v", linestyle="none", markersize=6,
+                    markerfacecolor="none", markeredgecolor=color, alpha=0.9)  # fmt: skip
+            if ax is axes[1]:
+                name = f"{policy}: {int(k.sum()):,} consumed wrong"
+                ls = "none" if swarm else st["linestyle"]
+                handles.append(
+                    Line2D([], [], color=color, marker=st["marker"], linestyle=ls, label=name)
+                )
             if not swarm:
-                for xi, yi, k in zip(gx, y, g[what], strict=True):
-                    ax.annotate(
-                        f"{int(k):,}",
-                        (xi, yi),
-                        textcoords="offset points",
-                        xytext=(4, 4),
-                        fontsize=7,
-                        color=ax.lines[-1].get_color() if ax.lines else "k",
-                    )
+                for n_, (xi, yi, ki) in enumerate(zip(gx[seen], y[seen], k[seen], strict=True)):
+                    ax.annotate(f"{int(ki):,}", (xi, yi), textcoords="offset points",
+                                xytext=(5, 5 if (i + n_) % 2 else -10), fontsize=7,
+                                color=color)  # fmt: skip
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(label)
-        ax.set_yscale("symlog", linthresh=0.01)
-        ax.set_ylim(bottom=0)
+        ax.set_yscale("log")
         ax.grid(alpha=0.3)
     reads = int(rates["reads"].median())
     axes[0].set_ylabel(f"wrong reads per {PER:,} reads (95 % CI)")
-    axes[1].legend(fontsize=8, loc="best")
+    handles.append(Line2D([], [], color="grey", marker="v", markerfacecolor="none",
+                          linestyle="none", label="none seen: 95 % upper bound"))  # fmt: skip
+    axes[1].legend(handles=handles, fontsize=8, loc="best")
     kind = "swarm: one point per timing set" if swarm else f"~{reads:,} reads per point"
     fig.suptitle(
         f"{title or 'Wrong accepted counts'} vs {label}\n{sweep_title(sweep)}; {kind}",
@@ -113,15 +122,22 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     return fig
 
 
+def policy_order(names) -> list[str]:
+    """Policies in the canonical order of sim.model.policies (then any others by name)."""
+    names = set(names)
+    return [p for p in POLICIES if p in names] + sorted(names - set(POLICIES))
+
+
 def phase_diagram(
     sweep: pd.DataFrame, x: str, y: str, what: str = "gpu_wrong", title: str = ""
 ) -> Figure:
     """The rate of ``what`` (``gpu_wrong``: consumed wrong counts) over two swept parameters as a
-    heat map, one panel per policy; each cell says its count of reads and its 95 % interval."""
+    heat map, one panel per policy; each cell says its count, its reads, its rate and 95 %
+    interval (per 10,000 reads). Cells without one are grey."""
     if what not in ("gpu_wrong", "cpu_wrong"):
         raise SpecraceError(f"what={what!r}: gpu_wrong or cpu_wrong")
     rates = phase_rates(sweep, x, y)
-    policies = sorted(rates["policy"].unique())
+    policies = policy_order(rates["policy"].unique())
     xv = sorted(rates[x].unique())
     yv = sorted(rates[y].unique())
     xlabel, xs = param_axis(x, np.asarray(xv))
@@ -130,16 +146,16 @@ def phase_diagram(
     norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if len(positive) else None
     if norm is not None and norm.vmin == norm.vmax:
         norm = LogNorm(vmin=norm.vmin / 2, vmax=norm.vmax * 2)
-    cell_w = max(1.35, 0.9 + 0.15 * len(policies))
-    fig = Figure(
-        figsize=(min(2.2 + cell_w * len(xv) * len(policies), 30), 1.6 + 0.75 * len(yv) + 1.2),
-        layout="constrained",
-    )
-    axes = np.atleast_1d(fig.subplots(1, len(policies), sharey=True))
+    ncols = 2 if len(policies) == 4 else min(len(policies), 3)
+    nrows = -(-len(policies) // ncols)
+    panel_w, panel_h = 1.15 * len(xv) + 0.9, 0.62 * len(yv) + 1.0
+    fig = Figure(figsize=(ncols * panel_w + 1.6, nrows * panel_h + 1.1), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False))
     image = None
-    for ax, policy in zip(axes, policies, strict=True):
+    for ax, policy in zip(axes.flat, policies, strict=False):
         g = rates[rates["policy"] == policy]
         grid = np.full((len(yv), len(xv)), np.nan)
+        ax.set_facecolor("#e6e6e6")
         for r in g.itertuples(index=False):
             i, j = yv.index(getattr(r, _attr(g, y))), xv.index(getattr(r, _attr(g, x)))
             k, n = getattr(r, what), r.reads
@@ -149,27 +165,41 @@ def phase_diagram(
             ax.text(
                 j,
                 i,
-                f"{k:,}/{n:,}\n[{_num(lo)}, {_num(hi)}]",
+                f"{k:,} / {n:,}\n{_num(rate)} [{_num(lo)}, {_num(hi)}]",
                 ha="center",
                 va="center",
-                fontsize=6.5,
-                color="black",
+                fontsize=7,
+                # White on the darkest cells.
+                color="white" if norm is not None and k > 0 and norm(rate) > 0.65 else "black",
             )
-        ax.imshow(np.zeros_like(grid), cmap="Greys", vmin=0, vmax=10, origin="lower", aspect="auto")
         if norm is not None:
             image = ax.imshow(grid, cmap="YlOrRd", norm=norm, origin="lower", aspect="auto")
+        ax.set_xlim(-0.5, len(xv) - 0.5)
+        ax.set_ylim(-0.5, len(yv) - 0.5)
         ax.set_xticks(range(len(xv)), [_num(v * xs) for v in xv])
         ax.set_yticks(range(len(yv)), [_num(v * ys) for v in yv])
-        ax.set_xlabel(xlabel)
         total = int(g[what].sum())
-        ax.set_title(f"{policy}\n{total:,} of {int(g['reads'].sum()):,} reads", fontsize=9)
-    axes[0].set_ylabel(ylabel)
+        ax.set_title(f"{policy}: {total:,} of {int(g['reads'].sum()):,} reads", fontsize=9)
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax in axes[-1, :]:
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
     if image is not None:
-        fig.colorbar(image, ax=list(axes), label=f"per {PER:,} reads", shrink=0.9)
+        cb = fig.colorbar(image, ax=axes.ravel().tolist(), label=f"per {PER:,} reads", shrink=0.8)
+        ticks = [
+            m * 10.0**e
+            for e in range(-4, 6)
+            for m in (1, 2, 5)
+            if norm.vmin <= m * 10.0**e <= norm.vmax
+        ]
+        cb.minorticks_off()
+        cb.set_ticks(ticks, labels=[_num(t) for t in ticks])
     name = dict(PANELS)[what]
     fig.suptitle(
-        f"{title or name}: rate per cell, count/reads and 95 % CI (per {PER:,} reads)\n"
-        f"{sweep_title(sweep)}; grey: none in that cell",
+        f"{title or name}\nper cell: count / reads, rate [95 % CI] per {PER:,} reads; grey: none"
+        f"\n{sweep_title(sweep)}",
         fontsize=10,
     )
     return fig
@@ -266,38 +296,49 @@ def landing_labels(ops: Sequence[RowOp]) -> dict[int, str]:
             return f"move {op.a}→{op.b}"
         return f"{op.kind} {op.req_id}"
 
-    out = {i: f"before\n{name(op)}" for i, op in enumerate(ops)}
-    out[len(ops)] = f"after\n{name(ops[-1])}" if ops else "after the ops"
-    out[-1] = "not landed\nat the read"
+    out = {i: f"before {name(op)}" for i, op in enumerate(ops)}
+    out[len(ops)] = f"after {name(ops[-1])}" if ops else "after the ops"
+    out[-1] = "not landed at the read"
     return out
 
 
 def landing_outcome_plot(
-    by_landing: pd.DataFrame, title: str, labels: dict[int, str] | None = None
+    by_landing: pd.DataFrame, title: str, labels: dict[int, str] | None = None, true: int = 1
 ) -> Figure:
     """Replays per landing position, split by the count consumed (from ``compare.by_landing``);
-    ``labels`` (see :func:`landing_labels`) names the positions by the operations."""
-    policies = sorted(by_landing["policy"].unique())
+    ``labels`` (see :func:`landing_labels`) names the positions by the operations; counts
+    other than ``true`` are drawn in red."""
+    policies = policy_order(by_landing["policy"].unique())
     counts = sorted(by_landing["gpu_consumed"].unique())
     positions = sorted(by_landing["land_pos"].unique(), key=lambda p: (p < 0, p))
     labels = labels or {}
-    ticks = [labels.get(int(p), str(p)) for p in positions]
-    fig = Figure(figsize=(2.6 * len(policies) + 0.6, 3.8), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(policies), sharey=True))
-    colors = {c: ("tab:green" if c == 1 else f"C{3 + i}") for i, c in enumerate(counts)}
-    for ax, policy in zip(axes, policies, strict=True):
+    ticks = [labels.get(int(p), f"position {p}") for p in positions]
+    ncols = min(3, len(policies))
+    nrows = -(-len(policies) // ncols)
+    fig = Figure(figsize=(4.3 * ncols + 1.2, 0.35 * len(positions) * nrows + 1.1 * nrows + 0.8),
+                 layout="constrained")  # fmt: skip
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False))
+    reds = iter(["#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"])
+    colors = {c: ("#2ca02c" if c == true else next(reds, "#d62728")) for c in counts}
+    for ax, policy in zip(axes.flat, policies, strict=False):
         g = by_landing[by_landing["policy"] == policy]
-        bottom = np.zeros(len(positions))
+        left = np.zeros(len(positions))
         for c in counts:
-            h = np.array(
+            w = np.array(
                 [g[(g.land_pos == p) & (g.gpu_consumed == c)]["replays"].sum() for p in positions]
             )
-            ax.bar(range(len(positions)), h, bottom=bottom, label=f"consumed {c}", color=colors[c])
-            bottom += h
-        ax.set_xticks(range(len(positions)), ticks, fontsize=7, rotation=60, ha="right")
-        ax.set_title(f"{policy}\n{int(g['replays'].sum()):,} replays", fontsize=9)
-        ax.set_xlabel("where the copy landed")
-    axes[0].set_ylabel("replays")
-    axes[-1].legend(fontsize=7)
+            ax.barh(range(len(positions)), w, left=left, color=colors[c],
+                    label=f"consumed {c}" + (" (true)" if c == true else ""))  # fmt: skip
+            left += w
+        ax.set_yticks(range(len(positions)), ticks, fontsize=8)
+        bad = int(g[g.gpu_consumed != true]["replays"].sum())
+        ax.set_title(f"{policy}: {bad} of {int(g['replays'].sum()):,} replays wrong", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].invert_yaxis()  # the ops in their order, top to bottom (the axes share y)
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("replays")
+    axes[0, -1].legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)
     return fig
