@@ -142,3 +142,21 @@ def sweep_title(sweep: pd.DataFrame) -> str:
     step_txt = f"{steps[0]:,}" if len(steps) == 1 else f"{steps[0]:,}-{steps[-1]:,}"
     head = f"{scen}, " if scen else ""
     return f"{head}{step_txt} steps x {seeds} seed{'s' if seeds > 1 else ''} per point"
+
+
+def summary_rates(summaries: list[dict]) -> pd.DataFrame:
+    """Run summaries (``RunResult.summary``, several seeds of one policy allowed) -> per
+    policy: reads, wrong counts, and the consumed-wrong rate with its 95 % Wilson interval."""
+    if not summaries:
+        raise SpecraceError("no run summaries")
+    df = pd.DataFrame(
+        [
+            {k: s[k] for k in ("policy", "steps", "reads", "cpu_wrong", "gpu_wrong")}
+            for s in summaries
+        ]
+    )
+    g = df.groupby("policy", sort=False).sum().reset_index()
+    g["runs"] = df.groupby("policy", sort=False).size().to_numpy()
+    g["gpu_wrong_rate"] = g["gpu_wrong"] / g["reads"].where(g["reads"] > 0, 1)
+    g["gpu_wrong_lo"], g["gpu_wrong_hi"] = wilson(g["gpu_wrong"].to_numpy(), g["reads"].to_numpy())
+    return g

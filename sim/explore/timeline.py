@@ -395,6 +395,17 @@ def build_timeline(
     )
 
 
+def _merged(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Adjacent landing intervals as one window: (a, b] + (b, c] = (a, c]."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(windows):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 def _landing_between(tl: Timeline) -> str:
     """ "landed 9.0 µs after add Q r0, 9.0 µs before swap 1↔0": the ops around the landing."""
     if tl.land_ns < 0:
@@ -526,12 +537,16 @@ def _draw(ax, tl: Timeline) -> None:
     ax.axvline(x(tl.read_ns), color="black", lw=1.4, gid="read", zorder=5)
     ax.text(x(tl.read_ns), len(lanes) - 0.1, f" read ({tl.policy})", fontsize=8, va="bottom",
             ha="left", zorder=6)  # fmt: skip
-    windows = tl.wrong_windows or tl.cpu_only_windows
+    windows = _merged(tl.wrong_windows or tl.cpu_only_windows)
     if windows:
-        lo, hi = windows[0]
+        # Describe the window the landing is in (or the nearest one).
+        lo, hi = min(
+            windows, key=lambda w: 0 if w[0] < tl.land_ns <= w[1] else abs(w[0] - tl.land_ns)
+        )
+        clipped = lo <= tl.view[0] or hi >= tl.view[1]
         lo, hi = max(lo, tl.view[0]), min(hi, tl.view[1])
         m = int(tl.verdict["margin_ns"])
-        txt = f"race window {(hi - lo) * us:.0f} µs"
+        txt = f"race window {'≥ ' if clipped else ''}{(hi - lo) * us:.0f} µs"
         if bool(tl.verdict["cpu_wrong"]) or bool(tl.verdict["gpu_wrong"]):
             txt += f"; margin {m * us:.1f} µs" if m >= 0 else "; never landed"
         txt += _landing_between(tl)
