@@ -118,6 +118,17 @@ def test_timeline_cli_on_a_policy_all_run(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert (out / "timeline.png").is_file()  # all policies side by side
     r = subprocess.run(
+        [*run, "perfetto", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    text = (out / "trace.perfetto.json").read_text()
+    assert all(f"minimal-race · {p}" in text for p in POLICIES)
+    r = subprocess.run(
+        [*run, "plot", str(out), "--policy", "align"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0 and (out / "align" / "margins.png").is_file(), r.stderr
+    r = subprocess.run(
         [*run, "timeline", str(out), "--policy", "nope"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -129,3 +140,38 @@ def test_reads_table_is_unchanged_by_drawing() -> None:
     before = res.reads.copy()
     build_timeline(res.trace, res.reads, sched, "synced-gather")
     pd.testing.assert_frame_equal(before, res.reads)
+
+
+def test_perfetto_has_processes_flows_wrong_reads_and_buffer_counters(tmp_path: Path) -> None:
+    import json
+
+    from sim.explore.perfetto import dumps
+
+    sched, res = minimal()
+    _, ok = minimal("device-authoritative")
+    events = json.loads(
+        dumps(
+            [
+                ("synced-gather", "minimal-race", res.trace, res.reads),
+                ("device-authoritative", "minimal-race", ok.trace, ok.reads),
+            ],
+            sched,
+        )
+    )["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert procs == {1: "minimal-race · synced-gather", 2: "minimal-race · device-authoritative"}
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == 1}
+    assert {"worker_cpu", "default_stream", "wrong reads"} <= tracks
+    mine = [e for e in events if e.get("pid") == 1]
+    land3 = next(e for e in mine if e["name"] == "counts_d2h_land [3]")["ts"]
+    read4 = next(e for e in mine if e["name"].startswith("read_counts") and e["args"]["step"] == 4)
+    starts = {e["id"]: e for e in mine if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in mine if e.get("ph") == "f"}
+    assert starts.keys() == ends.keys() and starts
+    flow = next(i for i, e in starts.items() if abs(e["ts"] - land3) < 0.01)
+    assert read4["ts"] <= ends[flow]["ts"] <= read4["ts"] + read4["dur"]
+    (wrong,) = [e for e in mine if e.get("cat") == "wrong"]
+    assert wrong["name"] == "consumed wrong: R read 4 (true 1)" and wrong["ts"] == read4["ts"]
+    b1 = [(e["ts"], e["args"]["value"]) for e in mine if e.get("ph") == "C" and e["name"] == "B[1]"]
+    assert b1 and 4 in [v for _t, v in b1]  # the swap carried F's 4 into row 1
+    assert not [e for e in events if e.get("pid") == 2 and e.get("cat") == "wrong"]
