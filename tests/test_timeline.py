@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,8 +122,9 @@ def test_timeline_cli_on_a_policy_all_run(tmp_path: Path) -> None:
         [*run, "perfetto", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert r.returncode == 0, r.stderr
-    text = (out / "trace.perfetto.json").read_text()
-    assert all(f"minimal-race · {p}" in text for p in POLICIES)
+    events = json.loads((out / "trace.perfetto.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {f"minimal-race · {p}" for p in POLICIES}
     r = subprocess.run(
         [*run, "plot", str(out), "--policy", "align"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -143,8 +145,6 @@ def test_reads_table_is_unchanged_by_drawing() -> None:
 
 
 def test_perfetto_has_processes_flows_wrong_reads_and_buffer_counters(tmp_path: Path) -> None:
-    import json
-
     from sim.explore.perfetto import dumps
 
     sched, res = minimal()
