@@ -50,14 +50,19 @@ def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for fmt in formats:
         path = out.with_suffix(f".{fmt}")
-        # metadata without a date: the SVG is the same bytes every time.
-        meta = {"Date": None} if fmt == "svg" else {}
-        atomic_write(
-            path,
-            lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, dpi=120, format=fmt, metadata=meta),
-        )
+        atomic_write(path, lambda tmp, fmt=fmt: save_figure(fig, tmp, fmt))
         written.append(path)
     return written
+
+
+def save_figure(fig, path: Path, fmt: str) -> None:
+    """Same figure -> same bytes: no date in the SVG and a fixed salt for its element ids
+    (matplotlib draws them at random otherwise); a local rc context, no global state."""
+    import matplotlib
+
+    meta = {"Date": None} if fmt == "svg" else {}
+    with matplotlib.rc_context({"svg.hashsalt": "specrace"}):
+        fig.savefig(path, dpi=120, format=fmt, metadata=meta)
 
 
 # -- sweep ------------------------------------------------------------------------------------

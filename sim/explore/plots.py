@@ -101,10 +101,11 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
                     Line2D([], [], color=color, marker=st["marker"], linestyle=ls, label=name)
                 )
             if not swarm:
-                for n_, (xi, yi, ki) in enumerate(zip(gx[seen], y[seen], k[seen], strict=True)):
+                # Staggered by policy, so equal counts of two policies do not print on each other.
+                dy = (6, -12, 15, -21, 24, -30)[i % 6]
+                for xi, yi, ki in zip(gx[seen], y[seen], k[seen], strict=True):
                     ax.annotate(f"{int(ki):,}", (xi, yi), textcoords="offset points",
-                                xytext=(5, 5 if (i + n_) % 2 else -10), fontsize=7,
-                                color=color)  # fmt: skip
+                                xytext=(5, dy), fontsize=7, color=color)  # fmt: skip
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(label)
         ax.set_yscale("log")
