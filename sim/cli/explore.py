@@ -41,6 +41,16 @@ def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
     return subs
 
 
+def traced_run_dirs(src: Path, policy: str) -> list[tuple[str, Path]]:
+    """:func:`run_dirs` for commands that need ``trace.parquet``."""
+    try:
+        return run_dirs(src, policy)
+    except SpecraceError as e:
+        if (src / "meta.json").is_file() or not str(e).startswith(f"{src}: not a run"):
+            raise
+        raise SpecraceError(f"trace.parquet not found: {e}") from None
+
+
 def _schedule_path(src: Path, run: Path) -> Path:
     """A one-policy run keeps its schedule.json; a --policy all run shares one above."""
     return run / "schedule.json" if (run / "schedule.json").is_file() else src / "schedule.json"
@@ -132,7 +142,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     from sim.model.schedule import read_schedule
 
     src = Path(args.dir)
-    runs = run_dirs(src, args.policy)
+    runs = traced_run_dirs(src, args.policy)
     tables = []
     for policy, d in runs:
         trace = read_parquet(d / "trace.parquet", "trace (run without --no-trace)")
@@ -152,7 +162,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     from sim.model.schedule import read_schedule
 
     src = Path(args.dir)
-    runs = run_dirs(src, args.policy)
+    runs = traced_run_dirs(src, args.policy)
     schedule = read_schedule(_schedule_path(src, runs[0][1]))
     tables = []
     for policy, d in runs:

@@ -45,6 +45,12 @@ OP_COLORS = {
     "valid_count_d2h": "#f7b6d2",
     "output_d2h": "#c49c94",
 }
+# The small copies, named as in vLLM; their labels go above the bar when it is narrow.
+COPIES = {
+    "counts_d2h": "counts D2H",
+    "valid_count_d2h": "valid count D2H",
+    "output_d2h": "output D2H",
+}
 CHAR_FRAC = 0.0052  # width of one 7-pt character as a fraction of the axis (13-inch figure)
 GPU_LANES = {
     "default_stream": "GPU default stream",
@@ -352,7 +358,8 @@ def build_timeline(
         s, e = int(r.time_ns), int(r.time_ns + r.dur_ns)
         if r.dur_ns <= 0 or e < view[0] or s > view[1]:
             continue
-        spans.append(Span(GPU_LANES[str(r.actor)], s, e, str(r.event), f"{r.event} {r.step}"))
+        name = COPIES.get(str(r.event), str(r.event))
+        spans.append(Span(GPU_LANES[str(r.actor)], s, e, str(r.event), f"{name} {r.step}"))
 
     rows = sorted({row, prev_row})
     op_ns = [int(t + d) for t, d in zip(ops["time_ns"], ops["dur_ns"], strict=True)]
@@ -448,16 +455,22 @@ def timeline_figure(timelines: Timeline | Sequence[Timeline], title: str = "") -
         or f"Step {first.step}: does {first.req_id} read step {first.step - 1}'s count right?",
         fontsize=12,
     )
-    legend = [Patch(color=OP_COLORS[k], label=k) for k in ("remove", "add", "move", "swap")]
+    names = {
+        "counts_d2h": "counts D2H (non_blocking)",
+        "valid_count_d2h": "valid count D2H",
+        "wait": "num_accepted_tokens_event wait",
+    }
+    keys = ("remove", "add", "move", "swap", "forward", "sample", "counts_d2h", "drafter",
+            "valid_count_d2h", "wait")  # fmt: skip
+    legend = [Patch(color=OP_COLORS[k], label=names.get(k, k)) for k in keys]
     legend += [
-        Patch(color=OP_COLORS[k], label=k)
-        for k in ("forward", "sample", "counts_d2h", "drafter", "wait")
+        Patch(color="#d62728", alpha=0.18, label="a landing here: GDN consumes a wrong count"),
+        Patch(color="#ff7f0e", alpha=0.18, label="a landing here: CPU wrong, repaired on GPU"),
     ]
-    legend += [
-        Patch(color="#d62728", alpha=0.18, label="landing here: consumed wrong"),
-        Patch(color="#ff7f0e", alpha=0.18, label="landing here: CPU wrong, repaired"),
-    ]
-    fig.legend(handles=legend, loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    note = ("B[r] = input_batch.num_accepted_tokens_cpu[r], the pinned buffer the counts D2H "
+            "writes; ticks mark its writes (red: the D2H landing)")  # fmt: skip
+    fig.legend(handles=legend, loc="outside lower center", ncol=6, fontsize=8, frameon=False,
+               title=note, title_fontsize=7.5)  # fmt: skip
     return fig
 
 
@@ -503,11 +516,18 @@ def _draw(ax, tl: Timeline) -> None:
         if not label:
             continue
         frac = (x(e) - x(s)) / (v1 - v0)
-        if sp.kind not in ROW_OPS and sp.kind != "wait" and len(label) * CHAR_FRAC > frac:
+        above = sp.kind in ROW_OPS or sp.kind in ("wait", *COPIES)
+        if not above and len(label) * CHAR_FRAC > frac:
             label = sp.label  # drop "(began ... earlier)" where it does not fit
             if len(label) * CHAR_FRAC > frac:
                 continue
-        if sp.kind in ROW_OPS or sp.kind == "wait":
+        if sp.kind in COPIES and len(label) * CHAR_FRAC < frac:
+            above = False  # wide enough: inside the bar
+        if above and sp.kind in COPIES:
+            # Under its bar: the space between two lanes that no CPU label uses.
+            ax.text((x(s) + x(e)) / 2, y - 0.3, label, ha="center", va="top", fontsize=7.5,
+                    zorder=4)  # fmt: skip
+        elif above:
             flip ^= 1
             ax.text((x(s) + x(e)) / 2, y + (0.38 if flip else -0.38), label, ha="center",
                     va="bottom" if flip else "top", fontsize=7.5, zorder=4)  # fmt: skip
