@@ -37,25 +37,6 @@ $PY -m sim run --policy all --seed 0 --steps 2000 --no-trace --out "$tmp/demo" >
 $PY -m sim plot "$tmp/demo" --svg --out "$OUT/margins.png"
 
 # 5. The H200 replay of the minimal race, by landing position (committed data/replay).
-$PY - <<'PYEOF'
-from pathlib import Path
-
-import pandas as pd
-
-from sim.cli.explore import save_figure
-from sim.explore.plots import landing_labels, landing_outcome_plot
-from sim.hardware.compare import by_landing
-from sim.model.params import load_scenario
-from sim.model.scheduling import build_schedule
-
-sc = load_scenario("minimal-race")
-labels = landing_labels(build_schedule(sc, 0, sc.default_steps).steps[4].ops)
-table = by_landing(pd.read_parquet("data/replay/observed_minimal-race.parquet"), "R", 4)
-fig = landing_outcome_plot(
-    table, "minimal-race on an H200: the count R consumed at step 4, by where the copy landed",
-    labels,
-)
-for fmt in ("png", "svg"):
-    save_figure(fig, Path(f"docs/images/landing.{fmt}"), fmt)
-PYEOF
+$PY -m sim plot data/replay/observed_minimal-race.parquet --req R --step 4 --svg \
+    --out "$OUT/landing.png"
 ls -l "$OUT"

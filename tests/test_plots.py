@@ -165,3 +165,24 @@ def test_importing_the_pictures_forces_no_backend() -> None:
         env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT)},
     )  # fmt: skip
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_plot_cli_draws_a_replay_table_by_named_landings(tmp_path: Path) -> None:
+    out = tmp_path / "landing.png"
+    args = [
+        sys.executable,
+        "-m",
+        "sim",
+        "plot",
+        str(ROOT / "data/replay/observed_minimal-race.parquet"),
+    ]
+    r = subprocess.run(
+        [*args, "--req", "R", "--step", "4", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == (
+        "error: a replay table: give --req R --step N (e.g. --req R --step 4)\n"
+    )

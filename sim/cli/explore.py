@@ -111,6 +111,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from sim.explore import plots
 
     src = Path(args.dir)
+    if src.suffix == ".parquet" or (src / "observed.parquet").is_file():
+        return _plot_replay(args, src)
     if (src / "sweep.parquet").is_file():
         df = read_parquet(src / "sweep.parquet", "sweep table")
         if args.policy and args.policy != "all":
@@ -131,6 +133,47 @@ def cmd_plot(args: argparse.Namespace) -> int:
         fig, name = plots.margin_histogram(reads), "margins"
         src = runs[0][1] if len(runs) == 1 else src
     out = Path(args.out) if args.out else src / f"{name}.png"
+    for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
+        print(f"wrote {path}")
+    return 0
+
+
+def _plot_replay(args: argparse.Namespace, src: Path) -> int:
+    """A hardware replay table: what one request consumed, by where the copy landed, with the
+    landing positions named by that step's ops (from --scenario, or the replay's summary)."""
+    from sim.explore.plots import landing_labels, landing_outcome_plot
+    from sim.hardware.compare import by_landing, read_observed
+    from sim.model.params import load_scenario
+    from sim.model.scheduling import build_schedule
+
+    if not args.req or args.step is None:
+        raise SpecraceError("a replay table: give --req R --step N (e.g. --req R --step 4)")
+    observed = read_observed(src)
+    table = by_landing(observed, args.req, args.step)
+    if table.empty:
+        raise SpecraceError(f"--req {args.req!r} --step {args.step}: no such read in {src}")
+    scenario, seed = args.scenario, 0
+    summary = src.parent / src.name.replace("observed", "replay_summary").replace(
+        ".parquet", ".json"
+    )
+    if not scenario and src.suffix == ".parquet" and summary.is_file():
+        meta = read_json(summary, "replay summary")
+        scenario, seed = meta.get("scenario", ""), int(meta.get("seed", 0))
+    labels = None
+    if scenario:
+        sc = load_scenario(scenario)
+        sched = build_schedule(sc, seed, max(args.step + 1, sc.default_steps))
+        labels = landing_labels(sched.steps[args.step].ops)
+    true = int(
+        observed[(observed.req_id == args.req) & (observed.step == args.step)]["true_count"].iloc[0]
+    )
+    title = (
+        f"{scenario or src.name}: the count {args.req} consumed at step {args.step} "
+        "(hardware replay), by where the copy landed"
+    )
+    fig = landing_outcome_plot(table, title, labels, true=true)
+    base = src.parent if src.suffix == ".parquet" else src
+    out = Path(args.out) if args.out else base / f"landing_{args.req}_{args.step}.png"
     for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
         print(f"wrote {path}")
     return 0
@@ -218,13 +261,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl = sub.add_parser(
         "plot", help="a sweep: hazard plot (--y: phase diagram); a run: margin histogram"
     )
-    pl.add_argument("dir", help="a sweep or run directory (also of --policy all)")
+    pl.add_argument(
+        "dir", help="a sweep or run directory (also of --policy all), or a replay observed*.parquet"
+    )
     pl.add_argument("--x", default="", help="swept column for the x axis")
     pl.add_argument("--y", default="", help="second swept column: draw the phase diagram")
     pl.add_argument(
         "--what", default="gpu_wrong", choices=("gpu_wrong", "cpu_wrong"), help="phase diagram"
     )
     pl.add_argument("--policy", default="", help="one policy (or a comma list for a sweep)")
+    pl.add_argument("--req", default="", help="replay table: the request to draw")
+    pl.add_argument("--step", type=int, default=None, help="replay table: its step")
+    pl.add_argument("--scenario", default="", help="replay table: names the landing positions")
     pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
     pl.add_argument("--svg", action="store_true", help="also write an SVG")
     pl.set_defaults(func=cmd_plot)
