@@ -51,6 +51,7 @@ COPIES = {
     "valid_count_d2h": "valid count D2H",
     "output_d2h": "output D2H",
 }
+MAX_LISTED_OPS = 24
 CHAR_FRAC = 0.0052  # width of one 7-pt character as a fraction of the axis (13-inch figure)
 GPU_LANES = {
     "default_stream": "GPU default stream",
@@ -490,7 +491,17 @@ def _draw(ax, tl: Timeline) -> None:
     for lo, hi in tl.cpu_only_windows:
         ax.axvspan(x(max(lo, tl.view[0])), x(min(hi, tl.view[1])), color="#ff7f0e", alpha=0.14,
                    gid="cpu-window", zorder=0)  # fmt: skip
-    # Labels of narrow spans alternate above and below the bar so neighbours do not collide.
+    # Labels of narrow spans alternate above and below the bar so neighbours do not collide;
+    # where op labels would still collide, the ops get numbers and are listed under the axis.
+    ops = [sp for sp in tl.spans if sp.kind in ROW_OPS]
+    numbered = any(
+        len(sp.label) * CHAR_FRAC
+        > 1.8
+        * (min(sp.end_ns, tl.view[1]) - max(sp.start_ns, tl.view[0]))
+        / (tl.view[1] - tl.view[0])
+        for sp in ops
+    )
+    number = {id(sp): i + 1 for i, sp in enumerate(ops)}
     flip = 0
     for sp in tl.spans:
         y = ypos[sp.lane]
@@ -510,7 +521,7 @@ def _draw(ax, tl: Timeline) -> None:
             gid=f"span:{sp.kind}",
             zorder=2,
         )
-        label = sp.label
+        label = str(number[id(sp)]) if numbered and sp.kind in ROW_OPS else sp.label
         if sp.start_ns < tl.view[0]:
             label += f" (began {(tl.view[0] - sp.start_ns) * us:,.0f} µs earlier)"
         if not label:
@@ -578,7 +589,13 @@ def _draw(ax, tl: Timeline) -> None:
     )
     ax.set_ylim(-1.5, len(lanes) + 0.3)
     ax.set_xlim(v0, v1)
-    ax.set_xlabel(f"µs from the start of _update_states (step {tl.step})", fontsize=8)
+    xlabel = f"µs from the start of _update_states (step {tl.step})"
+    if numbered:
+        items = [f"{i + 1} {sp.label}" for i, sp in enumerate(ops[:MAX_LISTED_OPS])]
+        items += [f"... {len(ops) - MAX_LISTED_OPS} more"] if len(ops) > MAX_LISTED_OPS else []
+        lines = ["   ".join(items[i : i + 6]) for i in range(0, len(items), 6)]
+        xlabel += "\nrow ops: " + "\n".join(lines)
+    ax.set_xlabel(xlabel, fontsize=8)
     wrong = bool(tl.verdict["gpu_wrong"])
     ax.set_title(f"{tl.policy}: {tl.verdict_text()}", fontsize=9, loc="left",
                  color="#a01010" if wrong else "#1a6e1a")  # fmt: skip
