@@ -175,3 +175,17 @@ def test_perfetto_has_processes_flows_wrong_reads_and_buffer_counters(tmp_path: 
     b1 = [(e["ts"], e["args"]["value"]) for e in mine if e.get("ph") == "C" and e["name"] == "B[1]"]
     assert b1 and 4 in [v for _t, v in b1]  # the swap carried F's 4 into row 1
     assert not [e for e in events if e.get("pid") == 2 and e.get("cat") == "wrong"]
+
+
+def test_a_busy_step_numbers_its_ops_and_lists_them() -> None:
+    sc = load_scenario("qwen35-mtp3")
+    sched = build_schedule(sc, 0, 150)
+    step = max(range(1, 150), key=lambda i: len(sched.steps[i].ops))
+    res = run_policy(sched, sc, POLICIES["unsynced"], 0)
+    tl = build_timeline(res.trace, res.reads, sched, "unsynced", step=step)
+    ax = timeline_figure(tl).axes[0]
+    n = len(sched.steps[step].ops)
+    assert n >= 6
+    listed = ax.get_xlabel().split("row ops: ", 1)[1]
+    assert listed.startswith("1 ") and f"{n} " in listed
+    assert {t.get_text() for t in ax.texts} >= {str(i) for i in range(1, n + 1)}
