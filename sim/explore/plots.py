@@ -61,7 +61,7 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     x = x or default_x(sweep)
     if x not in sweep.columns:
         raise SpecraceError(f"--x {x!r}: not a column of the sweep")
-    swarm = "set.swarm" in sweep.columns and x != "set.swarm"
+    swarm = "set.swarm" in sweep.columns  # every point its own timing set: never a line
     rates = point_rates(sweep) if swarm else hazard_rates(sweep, x)
     label, scale = param_axis(x, rates[x])
     fig = Figure(figsize=(12, 4.8), layout="constrained")
