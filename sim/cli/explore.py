@@ -226,11 +226,12 @@ def cmd_timeline(args: argparse.Namespace) -> int:
             raise SpecraceError("no policy read a wrong count in this run: give --step N")
     req = args.req or None
     if req is None and args.step is None:
-        # The same request in every panel: the one the first wrong policy got wrong.
+        # The same request in every panel: the one the first wrong policy got wrong (a
+        # consumed wrong count before a CPU-only one).
         for reads in [r for _p, _t, r in tables] + siblings:
             at = reads[(reads["step"] == step) & (reads["gpu_wrong"] | reads["cpu_wrong"])]
             if len(at):
-                req = str(at.sort_values("row")["req_id"].iloc[0])
+                req = str(pick_read(at, step)["req_id"])
                 break
     tls = [build_timeline(t, r, schedule, p, step, req) for p, t, r in tables]
     for tl in tls:

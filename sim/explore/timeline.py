@@ -577,10 +577,18 @@ def _draw(ax, tl: Timeline) -> None:
         clipped = lo <= tl.view[0] or hi >= tl.view[1]
         lo, hi = max(lo, tl.view[0]), min(hi, tl.view[1])
         m = int(tl.verdict["margin_ns"])
-        txt = f"race window {'≥ ' if clipped else ''}{(hi - lo) * us:.0f} µs"
-        if bool(tl.verdict["cpu_wrong"]) or bool(tl.verdict["gpu_wrong"]):
-            txt += f"; margin {m * us:.1f} µs" if m >= 0 else "; never landed"
-        txt += _landing_between(tl)
+        if tl.land_ns > tl.read_ns or tl.land_ns < 0:
+            # Not a race among the ops: the read simply came before the copy (no wait).
+            txt = "read before the landing: a stale value" + (
+                f"\nlanded {(tl.land_ns - tl.read_ns) * us:,.1f} µs after the read"
+                if tl.land_ns >= 0
+                else "\nthe copy never landed"
+            )
+        else:
+            txt = f"race window {'≥ ' if clipped else ''}{(hi - lo) * us:.0f} µs"
+            if bool(tl.verdict["cpu_wrong"]) or bool(tl.verdict["gpu_wrong"]):
+                txt += f"; margin {m * us:.1f} µs" if m >= 0 else "; never landed"
+            txt += _landing_between(tl)
         ax.text((x(lo) + x(hi)) / 2, -0.85, txt, ha="center", va="top", fontsize=8,
                 color="#a01010", gid="window-label", zorder=7,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})  # fmt: skip
@@ -597,7 +605,10 @@ def _draw(ax, tl: Timeline) -> None:
         xlabel += "\nrow ops: " + "\n".join(lines)
     ax.set_xlabel(xlabel, fontsize=8)
     wrong = bool(tl.verdict["gpu_wrong"])
-    ax.set_title(f"{tl.policy}: {tl.verdict_text()}", fontsize=9, loc="left",
+    verdict = f"{tl.policy}: {tl.verdict_text()}"
+    if len(verdict) > 150:  # wider than the axes: the consequence on a second line
+        verdict = verdict.replace(" -> ", "\n-> ", 1)
+    ax.set_title(verdict, fontsize=9, loc="left",
                  color="#a01010" if wrong else "#1a6e1a")  # fmt: skip
     ax.grid(axis="x", alpha=0.25)
     for side in ("top", "right"):
