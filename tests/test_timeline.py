@@ -62,7 +62,9 @@ def test_minimal_race_step4_lands_between_the_add_and_the_swap() -> None:
     (window,) = [p for p in ax.patches if p.get_gid() == "window"]
     wx = window.get_x() if hasattr(window, "get_x") else window.get_xy()[0][0]
     assert wx == pytest.approx(add[1]) and window.get_width() == pytest.approx(swap[1] - add[1])
-    texts = " ".join(t.get_text() for t in ax.texts) + ax.get_title(loc="left")
+    texts = " ".join([*(t.get_text() for t in ax.texts), ax.get_title(loc="left")]).replace(
+        "\n", " "
+    )
     assert "margin 9.0 µs" in texts
     assert "read 4, true 1, GDN consumed 4 -> WRONG (ownership)" in texts
     # What each landing place would have done: only before the swap hands R F's 4.

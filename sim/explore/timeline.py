@@ -605,9 +605,8 @@ def _draw(ax, tl: Timeline) -> None:
         xlabel += "\nrow ops: " + "\n".join(lines)
     ax.set_xlabel(xlabel, fontsize=8)
     wrong = bool(tl.verdict["gpu_wrong"])
-    verdict = f"{tl.policy}: {tl.verdict_text()}"
-    if len(verdict) > 150:  # wider than the axes: the consequence on a second line
-        verdict = verdict.replace(" -> ", "\n-> ", 1)
+    # The facts on one line, the consequence on the next: a long verdict never runs off.
+    verdict = f"{tl.policy}: {tl.verdict_text()}".replace(" -> ", "\n-> ", 1)
     ax.set_title(verdict, fontsize=9, loc="left",
                  color="#a01010" if wrong else "#1a6e1a")  # fmt: skip
     ax.grid(axis="x", alpha=0.25)
