@@ -102,3 +102,69 @@ def test_swarm_sweep_and_plot_cli(tmp_path: Path) -> None:
         timeout=60,
     )
     assert r.returncode == 2 and "neither a sweep" in r.stderr
+
+
+def small(values: str = "3000000,9000000", seeds: int = 2) -> SweepSpec:
+    return SweepSpec(
+        "qwen35-mtp3",
+        ("align",),
+        parse_vary([f"timing.gpu_forward_ns_base={values}"]),
+        0,
+        seeds,
+        60,
+    )
+
+
+def test_same_bytes_serial_or_two_workers_in_any_order(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    run_sweep(small(), tmp_path / "serial", log=lambda m: None)
+    run_sweep(small(), tmp_path / "dask", log=lambda m: None, workers=2)
+    # Half serially, the rest on Dask: a resumed sweep in another order.
+    run_sweep(small("9000000"), tmp_path / "mixed", log=lambda m: None)
+    run_sweep(small(), tmp_path / "mixed", log=lambda m: None, workers=2)
+    ref = (tmp_path / "serial" / "sweep.parquet").read_bytes()
+    assert (tmp_path / "dask" / "sweep.parquet").read_bytes() == ref
+    assert (tmp_path / "mixed" / "sweep.parquet").read_bytes() == ref
+
+
+def test_extending_a_sweep_keeps_finished_points(tmp_path: Path) -> None:
+    run_sweep(small("3000000", seeds=1), tmp_path, log=lambda m: None)
+    (first,) = (tmp_path / "points").glob("*.json")
+    mtime = first.stat().st_mtime_ns
+    log: list[str] = []
+    df = run_sweep(small("3000000,9000000", seeds=2), tmp_path, log=log.append)
+    assert log[0] == f"extending {tmp_path}: 1 -> 4 points"
+    assert log[-1] == "ran 3 point-policies, 1 already done"
+    assert first.stat().st_mtime_ns == mtime
+    assert len(df) == 4 and sorted(df["seed"]) == [0, 0, 1, 1]
+    # A shrunk or changed sweep is not an extension.
+    with pytest.raises(SpecraceError, match="different sweep"):
+        run_sweep(small("3000000", seeds=2), tmp_path, log=lambda m: None)
+
+
+def test_progress_counts_points_with_an_eta(tmp_path: Path) -> None:
+    log: list[str] = []
+    run_sweep(small(), tmp_path, log=log.append)
+    bars = [m for m in log if m.startswith("[")]
+    assert [b.split("]")[0] for b in bars] == ["[1/4", "[2/4", "[3/4", "[4/4"]
+    assert " 100 %" in bars[-1] and "ETA 0:00" in bars[-1]
+
+
+def test_sweep_cli_quiet_and_bad_workers(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "sim", "sweep", "--policy", "align", "--steps", "40",
+            "--vary", "timing.gpu_forward_ns_base=3000000", "--workers", "1"]  # fmt: skip
+    r = subprocess.run(
+        [*args, "--quiet", "--out", str(tmp_path / "q")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = subprocess.run(
+        [*args, "--out", str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert "[1/1] 100 %" in r.stderr
+    r = subprocess.run(
+        [*args[:-1], "-3", "--out", str(tmp_path / "x")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2 and r.stderr.startswith("error: --workers")

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from sim.cli import field_reports, risk
+from sim.cli import explore, field_reports, risk
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -180,58 +180,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args.steps)
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
-
-    policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
-    for name in policies:
-        get_policy(name)
-    if bool(args.vary) == bool(args.swarm):
-        raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
-    spec = SweepSpec(
-        args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps
-    )
-    load_scenario(args.scenario)
-    df = run_sweep(spec, Path(args.out))
-    print(f"wrote {Path(args.out) / 'sweep.parquet'} ({len(df)} rows)")
-    return 0
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-
-    from sim.explore.plots import hazard_plot, margin_histogram
-    from sim.runs.io import atomic_write, read_parquet
-
-    src = Path(args.dir)
-    if (src / "sweep.parquet").is_file():
-        df = read_parquet(src / "sweep.parquet", "sweep table")
-        x = args.x or next((c for c in df.columns if c.startswith("set.")), "")
-        if x not in df.columns:
-            raise SpecraceError(f"--x {x!r}: not a column of {src / 'sweep.parquet'}")
-        fig, name = hazard_plot(df, x), "hazard.png"
-    elif (src / "reads.parquet").is_file():
-        reads = read_parquet(src / "reads.parquet", "reads table")
-        fig, name = margin_histogram(reads), "margins.png"
-    else:
-        raise SpecraceError(f"{src}: neither a sweep (sweep.parquet) nor a run (reads.parquet)")
-    out = Path(args.out) if args.out else src / name
-    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    print(f"wrote {out}")
-    return 0
-
-
-def cmd_perfetto(args: argparse.Namespace) -> int:
-
-    from sim.explore.perfetto import dumps
-    from sim.runs.io import read_parquet
-
-    trace = read_parquet(Path(args.dir) / "trace.parquet", "trace (run without --no-trace)")
-    out = Path(args.dir) / "trace.perfetto.json"
-    atomic_write_text(out, dumps(trace))
-    print(f"wrote {out}: open it in ui.perfetto.dev")
-    return 0
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from sim.hardware.compare import agreement, by_landing, read_observed
 
@@ -253,7 +201,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
 # and sets ``func``.
-PLUGINS: tuple = (risk.register, field_reports.register)
+PLUGINS: tuple = (explore.register, risk.register, field_reports.register)
 
 EXAMPLES = {
     "schedule": "python -m sim schedule --scenario minimal-race --out out/sched",
@@ -401,23 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.set_defaults(func=cmd_run)
-    w = sub.add_parser("sweep", help="many runs over a grid or a swarm; resumable")
-    w.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
-    w.add_argument("--policy", default="all", help="comma-separated policies or all")
-    w.add_argument("--vary", action="append", default=[], metavar="SECTION.KEY=V1,V2,...")
-    w.add_argument("--swarm", type=int, default=0, help="N swarm-drawn timing sets")
-    w.add_argument("--seeds", type=int, default=1, help="seeds per point")
-    w.add_argument("--steps", type=steps_arg, default=1000, help="engine steps per run")
-    w.add_argument("--out", required=True)
-    w.set_defaults(func=cmd_sweep)
-    pl = sub.add_parser("plot", help="hazard plot of a sweep, margin histogram of a run")
-    pl.add_argument("dir", help="a sweep or run directory")
-    pl.add_argument("--x", default="", help="swept column for the x axis")
-    pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
-    pl.set_defaults(func=cmd_plot)
-    pf = sub.add_parser("perfetto", help="trace.parquet -> trace.perfetto.json")
-    pf.add_argument("dir", help="a run directory")
-    pf.set_defaults(func=cmd_perfetto)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
     c.add_argument("dir", help="a replay directory or an observed*.parquet file")
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")

@@ -1,66 +1,345 @@
-"""Hazard plots: functions from tables to matplotlib figures (no file I/O here)."""
+"""Pictures of sweeps and runs: functions from tables to ``matplotlib.figure.Figure``.
+
+No file I/O and no pyplot state here: a Figure made directly is not registered with any
+backend, so importing this module never switches a notebook's inline backend off, and the
+caller decides where the figure goes (``fig.savefig`` in the CLI, display in Jupyter).
+Every rate is drawn with its 95 % Wilson interval and its count.
+"""
 
 from __future__ import annotations
 
-import matplotlib
+from collections.abc import Sequence
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-from sim.explore.analysis import hazard_rates  # noqa: E402
+from sim.errors import SpecraceError
+from sim.explore.analysis import (
+    hazard_rates,
+    param_axis,
+    phase_rates,
+    point_rates,
+    sweep_title,
+    swept_columns,
+)
+from sim.model.input_batch import RowOp
+from sim.model.policies import POLICIES
+
+# Distinct marker + line style per policy, so policies with identical values stay visible.
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+LINESTYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1)), "-", "--"]
+PER = 10_000  # rates are drawn per 10,000 reads
+PANELS = (
+    ("cpu_wrong", "CPU read a wrong count"),
+    ("gpu_wrong", "GDN kernel consumed a wrong count"),
+)
 
 
-def hazard_plot(sweep: pd.DataFrame, x: str) -> plt.Figure:
-    """Wrong reads per 1,000 steps against one swept parameter, one line per policy."""
-    rates = hazard_rates(sweep, x)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    for policy, g in rates.groupby("policy", sort=True):
-        axes[0].plot(g[x], g["cpu_wrong_per_kstep"], marker="o", label=policy)
-        axes[1].plot(g[x], g["gpu_wrong_per_kstep"], marker="o", label=policy)
-    axes[0].set_title("CPU read a wrong count")
-    axes[1].set_title("GDN kernel consumed a wrong count")
-    for ax in axes:
-        ax.set_xlabel(x)
-        ax.set_ylabel("per 1,000 steps")
-        ax.set_yscale("symlog", linthresh=0.1)
+def _style(i: int) -> dict:
+    return {"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)]}
+
+
+def default_x(sweep: pd.DataFrame) -> str:
+    """The swept column to draw against: the one grid parameter, or for a swarm the GPU
+    forward time each point drew."""
+    if "set.swarm" in sweep.columns:
+        return "timing.gpu_forward_ns_base"
+    cols = swept_columns(sweep) or [c for c in sweep.columns if c.startswith("set.")]
+    if not cols:
+        raise SpecraceError("the sweep has no swept column (set.*)")
+    return cols[0]
+
+
+def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> Figure:
+    """Wrong reads per 10,000 reads against one swept parameter, one series per policy, with
+    95 % intervals and counts. A swarm sweep is a scatter (every point is its own timing set);
+    a grid with a second swept parameter is refused rather than pooled."""
+    x = x or default_x(sweep)
+    if x not in sweep.columns:
+        raise SpecraceError(f"--x {x!r}: not a column of the sweep")
+    swarm = "set.swarm" in sweep.columns  # every point its own timing set: never a line
+    rates = point_rates(sweep) if swarm else hazard_rates(sweep, x)
+    label, scale = param_axis(x, rates[x])
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True, sharey=True)
+    policies = policy_order(rates["policy"].unique())
+    xs = rates[x].to_numpy(dtype=float) * scale
+    span = (xs.max() - xs.min()) or max(abs(xs.max()), 1.0)
+    handles: list[Line2D] = []
+    for ax, (what, panel_title) in zip(axes, PANELS, strict=True):
+        for i, policy in enumerate(policies):
+            g = rates[rates["policy"] == policy].sort_values(x)
+            # Dodge each policy by 1.5 % of the range: equal series sit side by side.
+            gx = g[x].to_numpy(dtype=float) * scale + (i - (len(policies) - 1) / 2) * 0.015 * span
+            y = g[f"{what}_rate"].to_numpy() * PER
+            lo, hi = g[f"{what}_lo"].to_numpy() * PER, g[f"{what}_hi"].to_numpy() * PER
+            k = g[what].to_numpy()
+            st, color = _style(i), f"C{i}"
+            seen = k > 0
+            ax.errorbar(
+                gx[seen],
+                y[seen],
+                yerr=np.vstack([y[seen] - lo[seen], hi[seen] - y[seen]]),
+                marker=st["marker"],
+                linestyle="none" if swarm else st["linestyle"],
+                color=color,
+                capsize=3,
+                markersize=5,
+                alpha=0.85,
+            )
+            # None seen: a hollow down-triangle at the 95 % upper bound (a log axis has no 0).
+            ax.plot(gx[~seen], hi[~seen], marker="v", linestyle="none", markersize=6,
+                    markerfacecolor="none", markeredgecolor=color, alpha=0.9)  # fmt: skip
+            if ax is axes[1]:
+                name = f"{policy}: {int(k.sum()):,} consumed wrong"
+                ls = "none" if swarm else st["linestyle"]
+                handles.append(
+                    Line2D([], [], color=color, marker=st["marker"], linestyle=ls, label=name)
+                )
+            if not swarm:
+                # Staggered by policy, so equal counts of two policies do not print on each other.
+                dy = (6, -12, 15, -21, 24, -30)[i % 6]
+                for xi, yi, ki in zip(gx[seen], y[seen], k[seen], strict=True):
+                    ax.annotate(f"{int(ki):,}", (xi, yi), textcoords="offset points",
+                                xytext=(5, dy), fontsize=7, color=color)  # fmt: skip
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xlabel(label)
+        ax.set_yscale("log")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
+    reads = int(rates["reads"].median())
+    axes[0].set_ylabel(f"wrong reads per {PER:,} reads (95 % CI)")
+    handles.append(Line2D([], [], color="grey", marker="v", markerfacecolor="none",
+                          linestyle="none", label="none seen: 95 % upper bound"))  # fmt: skip
+    axes[1].legend(handles=handles, fontsize=8, loc="best")
+    kind = "swarm: one point per timing set" if swarm else f"~{reads:,} reads per point"
+    fig.suptitle(
+        f"{title or 'Wrong accepted counts'} vs {label}\n{sweep_title(sweep)}; {kind}",
+        fontsize=11,
+    )
     return fig
 
 
-def margin_histogram(reads: pd.DataFrame) -> plt.Figure:
-    """How far from a flip each wrong read was: DMA landing to the nearest row op."""
-    wrong = reads[reads["cpu_wrong"] | reads["gpu_wrong"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for kind, g in wrong.groupby("kind", sort=True):
-        ax.hist(g["margin_ns"] / 1000.0, bins=40, alpha=0.6, label=str(kind))
-    ax.set_xlabel("margin (µs)")
-    ax.set_ylabel("wrong reads")
-    ax.legend()
-    fig.tight_layout()
+def policy_order(names) -> list[str]:
+    """Policies in the canonical order of sim.model.policies (then any others by name)."""
+    names = set(names)
+    return [p for p in POLICIES if p in names] + sorted(names - set(POLICIES))
+
+
+def phase_diagram(
+    sweep: pd.DataFrame, x: str, y: str, what: str = "gpu_wrong", title: str = ""
+) -> Figure:
+    """The rate of ``what`` (``gpu_wrong``: consumed wrong counts) over two swept parameters as a
+    heat map, one panel per policy; each cell says its count, its reads, its rate and 95 %
+    interval (per 10,000 reads). Cells without one are grey."""
+    if what not in ("gpu_wrong", "cpu_wrong"):
+        raise SpecraceError(f"what={what!r}: gpu_wrong or cpu_wrong")
+    rates = phase_rates(sweep, x, y)
+    policies = policy_order(rates["policy"].unique())
+    xv = sorted(rates[x].unique())
+    yv = sorted(rates[y].unique())
+    xlabel, xs = param_axis(x, np.asarray(xv))
+    ylabel, ys = param_axis(y, np.asarray(yv))
+    positive = rates.loc[rates[what] > 0, f"{what}_rate"] * PER
+    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if len(positive) else None
+    if norm is not None and norm.vmin == norm.vmax:
+        norm = LogNorm(vmin=norm.vmin / 2, vmax=norm.vmax * 2)
+    ncols = 2 if len(policies) == 4 else min(len(policies), 3)
+    nrows = -(-len(policies) // ncols)
+    panel_w, panel_h = 1.15 * len(xv) + 0.9, 0.62 * len(yv) + 1.0
+    fig = Figure(figsize=(ncols * panel_w + 1.6, nrows * panel_h + 1.1), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False))
+    image = None
+    for ax, policy in zip(axes.flat, policies, strict=False):
+        g = rates[rates["policy"] == policy]
+        grid = np.full((len(yv), len(xv)), np.nan)
+        ax.set_facecolor("#e6e6e6")
+        for r in g.itertuples(index=False):
+            i, j = yv.index(getattr(r, _attr(g, y))), xv.index(getattr(r, _attr(g, x)))
+            k, n = getattr(r, what), r.reads
+            rate = k / n * PER if n else np.nan
+            grid[i, j] = rate if k > 0 else np.nan
+            lo, hi = getattr(r, f"{what}_lo") * PER, getattr(r, f"{what}_hi") * PER
+            ax.text(
+                j,
+                i,
+                f"{k:,} / {n:,}\n{_num(rate)} [{_num(lo)}, {_num(hi)}]",
+                ha="center",
+                va="center",
+                fontsize=7,
+                # White on the darkest cells.
+                color="white" if norm is not None and k > 0 and norm(rate) > 0.65 else "black",
+            )
+        if norm is not None:
+            image = ax.imshow(grid, cmap="YlOrRd", norm=norm, origin="lower", aspect="auto")
+        ax.set_xlim(-0.5, len(xv) - 0.5)
+        ax.set_ylim(-0.5, len(yv) - 0.5)
+        ax.set_xticks(range(len(xv)), [_num(v * xs) for v in xv])
+        ax.set_yticks(range(len(yv)), [_num(v * ys) for v in yv])
+        total = int(g[what].sum())
+        ax.set_title(f"{policy}: {total:,} of {int(g['reads'].sum()):,} reads", fontsize=9)
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax in axes[-1, :]:
+        ax.set_xlabel(xlabel)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    if image is not None:
+        cb = fig.colorbar(image, ax=axes.ravel().tolist(), label=f"per {PER:,} reads", shrink=0.8)
+        ticks = [
+            m * 10.0**e
+            for e in range(-4, 6)
+            for m in (1, 2, 5)
+            if norm.vmin <= m * 10.0**e <= norm.vmax
+        ]
+        cb.minorticks_off()
+        cb.set_ticks(ticks, labels=[_num(t) for t in ticks])
+    name = dict(PANELS)[what]
+    fig.suptitle(
+        f"{title or name}\nper cell: count / reads, rate [95 % CI] per {PER:,} reads; grey: none"
+        f"\n{sweep_title(sweep)}",
+        fontsize=10,
+    )
     return fig
 
 
-def landing_outcome_plot(by_landing: pd.DataFrame, title: str) -> plt.Figure:
-    """Replays per landing position, split by the count consumed (from ``compare.by_landing``)."""
-    policies = sorted(by_landing["policy"].unique())
+def _attr(df: pd.DataFrame, col: str) -> str:
+    """itertuples renames columns that are not identifiers (set.timing.x -> _N)."""
+    cols = list(df.columns)
+    return col if col.isidentifier() else f"_{cols.index(col)}"
+
+
+def _num(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.2g}"
+
+
+def margin_histogram(reads: pd.DataFrame | dict[str, pd.DataFrame], title: str = "") -> Figure:
+    """How far from a flip each wrong read was: DMA landing to the nearest row op, on a log
+    axis in µs, consumed-wrong reads stacked apart from those the correction kernel repaired.
+    A dict (policy -> reads) draws one panel per policy that read a wrong count."""
+    tables = reads if isinstance(reads, dict) else {"": reads}
+    wrong = {p: r[r["cpu_wrong"] | r["gpu_wrong"]] for p, r in tables.items()}
+    shown = {p: w for p, w in wrong.items() if len(w)} or dict(list(wrong.items())[:1])
+    clean = [p for p, w in wrong.items() if not len(w) and p]
+    fig = Figure(figsize=(8, 1.2 + 2.9 * len(shown)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(shown), 1, sharex=True))
+    floor_us = 0.1
+    landed_all = pd.concat([w[w["margin_ns"] >= 0] for w in shown.values()])
+    top = (
+        max(float(landed_all["margin_ns"].max()) / 1000.0 * 1.3, floor_us * 10)
+        if len(landed_all)
+        else 10.0
+    )
+    bins = np.logspace(np.log10(floor_us), np.log10(top), 36)
+    for ax, (policy, w) in zip(axes, shown.items(), strict=True):
+        _margin_axes(ax, w, bins, floor_us, policy)
+    axes[-1].set_xlabel(
+        "margin (µs, log): DMA landing to the nearest row op; unlanded: read to landing"
+        f" (≤ {floor_us} µs drawn at {floor_us})"
+    )
+    sub = f"\nno wrong read: {', '.join(clean)}" if clean else ""
+    fig.suptitle((title or "How close each wrong read was to a flip") + sub, fontsize=11)
+    return fig
+
+
+def _margin_axes(ax, wrong: pd.DataFrame, bins: np.ndarray, floor_us: float, policy: str) -> None:
+    landed = wrong[wrong["margin_ns"] >= 0]
+    never = len(wrong) - len(landed)
+    if landed.empty:
+        ax.text(0.5, 0.5, "no wrong read with a landing", ha="center", transform=ax.transAxes)
+    us = np.maximum(landed["margin_ns"].to_numpy() / 1000.0, floor_us)
+    consumed = landed["gpu_wrong"].to_numpy()
+    groups = [
+        ("GDN consumed the wrong count", consumed, "tab:red"),
+        ("CPU wrong, repaired on the GPU", ~consumed, "tab:blue"),
+    ]
+    data, labels, colors = [], [], []
+    for name, mask, color in groups:
+        kinds = landed[mask]["kind"].value_counts().sort_index()
+        detail = ", ".join(f"{k} {v:,}" for k, v in kinds.items())
+        data.append(us[mask])
+        labels.append(f"{name}: {int(mask.sum()):,}" + (f" ({detail})" if detail else ""))
+        colors.append(color)
+    # Overlaid, not stacked: a few consumed-wrong reads stay visible beside thousands repaired.
+    for d, label, color in zip(data, labels, colors, strict=True):
+        ax.hist(d, bins=bins, label=label, color=color, alpha=0.6, histtype="stepfilled")
+        ax.hist(d, bins=bins, color=color, histtype="step", linewidth=1.0)
+    ax.set_xscale("log")
+    peak = max((np.histogram(d, bins=bins)[0].max() for d in data if len(d)), default=0)
+    if peak > 30:
+        ax.set_yscale("log")
+        ax.set_ylim(0.7, peak * 40)  # headroom for the legend
+        ax.set_ylabel("wrong reads (log)")
+    else:
+        ax.set_ylim(0, max(peak, 1) * 1.7)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("wrong reads")
+    ax.grid(alpha=0.3, which="both")
+    extra = f"; {never:,} whose counts never landed" if never else ""
+    head = f"{policy}: " if policy else ""
+    ax.legend(fontsize=8, title=f"{head}{len(wrong):,} wrong reads{extra}", title_fontsize=8)
+
+
+def landing_labels(ops: Sequence[RowOp]) -> dict[int, str]:
+    """``land_pos`` -> what it means for one step's ops: 0 -> "before remove F", ..."""
+
+    def name(op: RowOp) -> str:
+        if op.kind == "swap":
+            return f"swap {op.a}↔{op.b}"
+        if op.kind == "move":
+            return f"move {op.a}→{op.b}"
+        return f"{op.kind} {op.req_id}"
+
+    out = {i: f"before {name(op)}" for i, op in enumerate(ops)}
+    out[len(ops)] = f"after {name(ops[-1])}" if ops else "after the ops"
+    out[-1] = "not landed at the read"
+    return out
+
+
+def landing_outcome_plot(
+    by_landing: pd.DataFrame, title: str, labels: dict[int, str] | None = None, true: int = 1
+) -> Figure:
+    """Replays per landing position, split by the count consumed (from ``compare.by_landing``);
+    ``labels`` (see :func:`landing_labels`) names the positions by the operations; counts
+    other than ``true`` are drawn in red."""
+    policies = policy_order(by_landing["policy"].unique())
     counts = sorted(by_landing["gpu_consumed"].unique())
-    positions = sorted(by_landing["land_pos"].unique())
-    fig, axes = plt.subplots(1, len(policies), figsize=(2.4 * len(policies), 3), sharey=True)
-    for ax, policy in zip(np.atleast_1d(axes), policies, strict=True):
+    positions = sorted(by_landing["land_pos"].unique(), key=lambda p: (p < 0, p))
+    labels = labels or {}
+    ticks = [labels.get(int(p), f"position {p}") for p in positions]
+    ncols = min(3, len(policies))
+    nrows = -(-len(policies) // ncols)
+    fig = Figure(figsize=(4.3 * ncols + 1.2, 0.35 * len(positions) * nrows + 1.1 * nrows + 0.8),
+                 layout="constrained")  # fmt: skip
+    axes = np.atleast_2d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False))
+    reds = iter(["#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"])
+    colors = {c: ("#2ca02c" if c == true else next(reds, "#d62728")) for c in counts}
+    for ax, policy in zip(axes.flat, policies, strict=False):
         g = by_landing[by_landing["policy"] == policy]
-        bottom = np.zeros(len(positions))
+        left = np.zeros(len(positions))
         for c in counts:
-            h = [g[(g.land_pos == p) & (g.gpu_consumed == c)]["replays"].sum() for p in positions]
-            ax.bar([str(p) for p in positions], h, bottom=bottom, label=f"consumed {c}")
-            bottom += h
-        ax.set_title(policy, fontsize=9)
-        ax.set_xlabel("landing before op")
-    np.atleast_1d(axes)[0].set_ylabel("replays")
-    np.atleast_1d(axes)[-1].legend(fontsize=7)
+            w = np.array(
+                [g[(g.land_pos == p) & (g.gpu_consumed == c)]["replays"].sum() for p in positions]
+            )
+            ax.barh(range(len(positions)), w, left=left, color=colors[c],
+                    label=f"consumed {c}" + (" (true)" if c == true else ""))  # fmt: skip
+            left += w
+        ax.set_yticks(range(len(positions)), ticks, fontsize=8)
+        bad = int(g[g.gpu_consumed != true]["replays"].sum())
+        ax.set_title(f"{policy}: {bad} of {int(g['replays'].sum()):,} replays wrong", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].invert_yaxis()  # the ops in their order, top to bottom (the axes share y)
+    for ax in axes.flat[len(policies) :]:
+        ax.set_visible(False)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("replays")
+    axes[0, -1].legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
     return fig

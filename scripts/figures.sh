@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Regenerates docs/images/ from scratch (the README's pictures), with the commands a user runs.
+# Deterministic: same commit -> same PNG/SVG bytes. About 2 minutes on 2 cores.
+#   scripts/figures.sh            # PY=.venv/bin/python scripts/figures.sh to pick the interpreter
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+OUT=docs/images
+WORKERS=${WORKERS:-0}   # sweeps on a Dask LocalCluster, one worker per core (1: serial)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$OUT"
+rm -f "$OUT"/*.png "$OUT"/*.svg
+
+# 1. The minimal race of docs/mechanism.md §9: step 4, R, under v0.23.0's synchronised gather,
+#    then the same step under every policy.
+$PY -m sim run --scenario minimal-race --out "$tmp/mr" > /dev/null
+$PY -m sim timeline "$tmp/mr" --policy synced-gather --out "$OUT/timeline"
+$PY -m sim timeline "$tmp/mr" --out "$OUT/timeline-policies"
+
+# 2. Phase diagram: consumed wrong counts over GPU forward time x worker launch cost.
+$PY -m sim sweep --scenario qwen35-mtp3 --policy all --steps 1000 --seeds 2 --quiet \
+    --vary timing.gpu_forward_ns_base=2000000,4000000,6000000,8000000,10000000 \
+    --vary timing.worker_launch_ns=500000,1000000,1500000,2000000,3000000 \
+    --workers "$WORKERS" --out "$tmp/phase"
+$PY -m sim plot "$tmp/phase" --x set.timing.gpu_forward_ns_base \
+    --y set.timing.worker_launch_ns --svg --out "$OUT/phase.png"
+
+# 3. Hazard plot over the GPU forward time alone (the default launch cost).
+$PY -m sim sweep --scenario qwen35-mtp3 --policy all --steps 1000 --seeds 2 --quiet \
+    --vary timing.gpu_forward_ns_base=2000000,4000000,6000000,8000000,10000000 \
+    --workers "$WORKERS" --out "$tmp/hazard"
+$PY -m sim plot "$tmp/hazard" --svg --out "$OUT/hazard.png"
+
+# 4. Margins of the wrong reads of `make demo`'s run.
+$PY -m sim run --policy all --seed 0 --steps 2000 --no-trace --out "$tmp/demo" > /dev/null
+$PY -m sim plot "$tmp/demo" --svg --out "$OUT/margins.png"
+
+# 5. The H200 replay of the minimal race, by landing position (committed data/replay).
+$PY -m sim plot data/replay/observed_minimal-race.parquet --req R --step 4 --svg \
+    --out "$OUT/landing.png"
+ls -l "$OUT"

@@ -1,0 +1,290 @@
+"""Command line for exploring: ``sweep``, ``plot``, ``perfetto``, ``timeline``.
+
+``plot``, ``perfetto`` and ``timeline`` take a run directory of one policy or of
+``--policy all`` (one sub-directory per policy beside a shared ``schedule.json``): with
+``--policy P`` they draw that policy, otherwise every policy side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sim.errors import SpecraceError
+from sim.model.policies import POLICIES, get_policy
+from sim.runs.io import atomic_write, atomic_write_text, read_json, read_parquet
+
+
+# -- run directories --------------------------------------------------------------------------
+def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
+    """``[(policy, directory)]`` of a run directory: a one-policy run (``meta.json``) or a
+    ``--policy all`` run (a sub-directory per policy); ``policy`` picks one of the latter."""
+    if (src / "meta.json").is_file():
+        name = read_json(src / "meta.json", "run metadata")["policy"]
+        if policy and policy not in ("all", name):
+            raise SpecraceError(f"{src} is a run of policy {name!r}, not {policy!r}")
+        return [(name, src)]
+    subs = [(p, src / p) for p in POLICIES if (src / p / "meta.json").is_file()]
+    if not subs:
+        raise SpecraceError(
+            f"{src}: not a run directory (no meta.json, and no policy sub-directories as "
+            "`python -m sim run --policy all` writes)"
+        )
+    if policy and policy != "all":
+        get_policy(policy)
+        sel = [s for s in subs if s[0] == policy]
+        if not sel:
+            raise SpecraceError(
+                f"{src} has no run of {policy!r} (has: {', '.join(p for p, _ in subs)})"
+            )
+        return sel
+    return subs
+
+
+def traced_run_dirs(src: Path, policy: str) -> list[tuple[str, Path]]:
+    """:func:`run_dirs` for commands that need ``trace.parquet``."""
+    try:
+        return run_dirs(src, policy)
+    except SpecraceError as e:
+        if (src / "meta.json").is_file() or not str(e).startswith(f"{src}: not a run"):
+            raise
+        raise SpecraceError(f"trace.parquet not found: {e}") from None
+
+
+def _schedule_path(src: Path, run: Path) -> Path:
+    """A one-policy run keeps its schedule.json; a --policy all run shares one above."""
+    return run / "schedule.json" if (run / "schedule.json").is_file() else src / "schedule.json"
+
+
+def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    written = []
+    for fmt in formats:
+        path = out.with_suffix(f".{fmt}")
+        atomic_write(path, lambda tmp, fmt=fmt: save_figure(fig, tmp, fmt))
+        written.append(path)
+    return written
+
+
+def save_figure(fig, path: Path, fmt: str) -> None:
+    """Same figure -> same bytes: no date in the SVG and a fixed salt for its element ids
+    (matplotlib draws them at random otherwise); a local rc context, no global state."""
+    import matplotlib
+
+    meta = {"Date": None} if fmt == "svg" else {}
+    with matplotlib.rc_context({"svg.hashsalt": "specrace"}):
+        fig.savefig(path, dpi=120, format=fmt, metadata=meta)
+
+
+# -- sweep ------------------------------------------------------------------------------------
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.explore.sweep import SweepSpec, parse_vary, run_sweep, terminal_log
+    from sim.model.params import load_scenario
+
+    policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
+    for name in policies:
+        get_policy(name)
+    if bool(args.vary) == bool(args.swarm):
+        raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
+    if args.workers < 0 or args.seeds < 1 or args.swarm < 0:
+        raise SpecraceError("--workers must be >= 0, --seeds >= 1, --swarm >= 0")
+    spec = SweepSpec(
+        args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps
+    )
+    load_scenario(args.scenario)
+    workers = args.workers
+    if workers != 1 and not args.scheduler:
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            print("note: Dask is not installed (pip install 'specrace[dask]'): running serially")
+            workers = 1
+    df = run_sweep(
+        spec, Path(args.out), log=terminal_log(args.quiet), workers=workers,
+        scheduler=args.scheduler,
+    )  # fmt: skip
+    print(f"wrote {Path(args.out) / 'sweep.parquet'} ({len(df)} rows)")
+    return 0
+
+
+# -- plot -------------------------------------------------------------------------------------
+def cmd_plot(args: argparse.Namespace) -> int:
+    from sim.explore import plots
+
+    src = Path(args.dir)
+    if src.suffix == ".parquet" or (src / "observed.parquet").is_file():
+        return _plot_replay(args, src)
+    if (src / "sweep.parquet").is_file():
+        df = read_parquet(src / "sweep.parquet", "sweep table")
+        if args.policy and args.policy != "all":
+            df = df[df["policy"].isin(args.policy.split(","))]
+            if df.empty:
+                raise SpecraceError(f"--policy {args.policy}: not in the sweep")
+        if args.y:
+            x = args.x or plots.default_x(df)
+            fig, name = plots.phase_diagram(df, x, args.y, what=args.what), "phase"
+        else:
+            fig, name = plots.hazard_plot(df, args.x or None), "hazard"
+    else:
+        try:
+            runs = run_dirs(src, args.policy)
+        except SpecraceError as e:
+            raise SpecraceError(f"neither a sweep (no sweep.parquet) nor a run: {e}") from None
+        reads = {p: read_parquet(d / "reads.parquet", "reads table") for p, d in runs}
+        fig, name = plots.margin_histogram(reads), "margins"
+        src = runs[0][1] if len(runs) == 1 else src
+    out = Path(args.out) if args.out else src / f"{name}.png"
+    for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
+        print(f"wrote {path}")
+    return 0
+
+
+def _plot_replay(args: argparse.Namespace, src: Path) -> int:
+    """A hardware replay table: what one request consumed, by where the copy landed, with the
+    landing positions named by that step's ops (from --scenario, or the replay's summary)."""
+    from sim.explore.plots import landing_labels, landing_outcome_plot
+    from sim.hardware.compare import by_landing, read_observed
+    from sim.model.params import load_scenario
+    from sim.model.scheduling import build_schedule
+
+    if not args.req or args.step is None:
+        raise SpecraceError("a replay table: give --req R --step N (e.g. --req R --step 4)")
+    observed = read_observed(src)
+    table = by_landing(observed, args.req, args.step)
+    if table.empty:
+        raise SpecraceError(f"--req {args.req!r} --step {args.step}: no such read in {src}")
+    scenario, seed = args.scenario, 0
+    summary = src.parent / src.name.replace("observed", "replay_summary").replace(
+        ".parquet", ".json"
+    )
+    if not scenario and src.suffix == ".parquet" and summary.is_file():
+        meta = read_json(summary, "replay summary")
+        scenario, seed = meta.get("scenario", ""), int(meta.get("seed", 0))
+    labels = None
+    if scenario:
+        sc = load_scenario(scenario)
+        sched = build_schedule(sc, seed, max(args.step + 1, sc.default_steps))
+        labels = landing_labels(sched.steps[args.step].ops)
+    true = int(
+        observed[(observed.req_id == args.req) & (observed.step == args.step)]["true_count"].iloc[0]
+    )
+    title = (
+        f"{scenario or src.name}: the count {args.req} consumed at step {args.step} "
+        "(hardware replay), by where the copy landed"
+    )
+    fig = landing_outcome_plot(table, title, labels, true=true)
+    base = src.parent if src.suffix == ".parquet" else src
+    out = Path(args.out) if args.out else base / f"landing_{args.req}_{args.step}.png"
+    for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
+        print(f"wrote {path}")
+    return 0
+
+
+# -- perfetto ---------------------------------------------------------------------------------
+def cmd_perfetto(args: argparse.Namespace) -> int:
+    from sim.explore.perfetto import dumps
+    from sim.model.schedule import read_schedule
+
+    src = Path(args.dir)
+    runs = traced_run_dirs(src, args.policy)
+    tables = []
+    for policy, d in runs:
+        trace = read_parquet(d / "trace.parquet", "trace (run without --no-trace)")
+        reads = read_parquet(d / "reads.parquet", "reads table")
+        scenario = read_json(d / "meta.json", "run metadata")["scenario"]["name"]
+        tables.append((policy, scenario, trace, reads))
+    schedule = read_schedule(_schedule_path(src, runs[0][1]))
+    out = (runs[0][1] if len(runs) == 1 else src) / "trace.perfetto.json"
+    atomic_write_text(out, dumps(tables, schedule))
+    print(f"wrote {out}: open it in ui.perfetto.dev")
+    return 0
+
+
+# -- timeline ---------------------------------------------------------------------------------
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from sim.explore.timeline import build_timeline, pick_read, timeline_figure
+    from sim.model.schedule import read_schedule
+
+    src = Path(args.dir)
+    runs = traced_run_dirs(src, args.policy)
+    schedule = read_schedule(_schedule_path(src, runs[0][1]))
+    tables = []
+    for policy, d in runs:
+        trace = read_parquet(d / "trace.parquet", "trace (run without --no-trace)")
+        tables.append((policy, trace, read_parquet(d / "reads.parquet", "reads table")))
+    step = args.step
+    if step is None:
+        # Every policy shows the same step: the first one any policy of the run got wrong
+        # (so a fix drawn alone shows the step where the others went wrong).
+        siblings = [read_parquet(d / "reads.parquet", "reads table") for _p, d in run_dirs(src)]
+        for reads in [r for _p, _t, r in tables] + siblings:
+            try:
+                step = int(pick_read(reads)["step"])
+                break
+            except SpecraceError:
+                continue
+        else:
+            raise SpecraceError("no policy read a wrong count in this run: give --step N")
+    req = args.req or None
+    if req is None and args.step is None:
+        # The same request in every panel: the one the first wrong policy got wrong (a
+        # consumed wrong count before a CPU-only one).
+        for reads in [r for _p, _t, r in tables] + siblings:
+            at = reads[(reads["step"] == step) & (reads["gpu_wrong"] | reads["cpu_wrong"])]
+            if len(at):
+                req = str(pick_read(at, step)["req_id"])
+                break
+    tls = [build_timeline(t, r, schedule, p, step, req) for p, t, r in tables]
+    for tl in tls:
+        print(f"{tl.policy}: {tl.verdict_text()}")
+    fig = timeline_figure(tls)
+    out = Path(args.out) if args.out else (runs[0][1] if len(runs) == 1 else src) / "timeline"
+    for path in _save(fig, out, ("png", "svg")):
+        print(f"wrote {path}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    w = sub.add_parser("sweep", help="many runs over a grid or a swarm; parallel, resumable")
+    w.add_argument("--scenario", default="qwen35-mtp3")
+    w.add_argument("--policy", default="all", help="comma-separated policies or all")
+    w.add_argument("--vary", action="append", default=[], metavar="SECTION.KEY=V1,V2,...")
+    w.add_argument("--swarm", type=int, default=0, help="N swarm-drawn timing sets")
+    w.add_argument("--seeds", type=int, default=1)
+    w.add_argument("--steps", type=int, default=1000)
+    w.add_argument("--out", required=True, help="a new directory, or a sweep to resume/extend")
+    w.add_argument(
+        "--workers", type=int, default=0, help="Dask LocalCluster processes (0: one per core; "
+        "1: serial in this process)"
+    )  # fmt: skip
+    w.add_argument("--scheduler", default="", metavar="ADDRESS", help="an existing Dask cluster")
+    w.add_argument("--quiet", action="store_true", help="no progress bar")
+    w.set_defaults(func=cmd_sweep)
+    pl = sub.add_parser(
+        "plot", help="a sweep: hazard plot (--y: phase diagram); a run: margin histogram"
+    )
+    pl.add_argument(
+        "dir", help="a sweep or run directory (also of --policy all), or a replay observed*.parquet"
+    )
+    pl.add_argument("--x", default="", help="swept column for the x axis")
+    pl.add_argument("--y", default="", help="second swept column: draw the phase diagram")
+    pl.add_argument(
+        "--what", default="gpu_wrong", choices=("gpu_wrong", "cpu_wrong"), help="phase diagram"
+    )
+    pl.add_argument("--policy", default="", help="one policy (or a comma list for a sweep)")
+    pl.add_argument("--req", default="", help="replay table: the request to draw")
+    pl.add_argument("--step", type=int, default=None, help="replay table: its step")
+    pl.add_argument("--scenario", default="", help="replay table: names the landing positions")
+    pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
+    pl.add_argument("--svg", action="store_true", help="also write an SVG")
+    pl.set_defaults(func=cmd_plot)
+    pf = sub.add_parser("perfetto", help="trace.parquet -> trace.perfetto.json")
+    pf.add_argument("dir", help="a run directory (also of --policy all: one process each)")
+    pf.add_argument("--policy", default="", help="one policy of a --policy all run")
+    pf.set_defaults(func=cmd_perfetto)
+    t = sub.add_parser("timeline", help="one step as a picture: ops, streams, landing, verdict")
+    t.add_argument("dir", help="a run directory (also of --policy all: policies stacked)")
+    t.add_argument("--step", type=int, default=None, help="default: the first wrong read")
+    t.add_argument("--req", default="", help="request id (default: the first wrong one)")
+    t.add_argument("--policy", default="", help="one policy of a --policy all run")
+    t.add_argument("--out", default="", help="path without suffix (writes .png and .svg)")
+    t.set_defaults(func=cmd_timeline)

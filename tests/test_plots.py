@@ -1,0 +1,188 @@
+"""The pictures say what they claim: titles, counts, intervals, axes; refusals are clear."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.errors import SpecraceError
+from sim.explore.analysis import hazard_rates, param_axis, wilson
+from sim.explore.plots import (
+    hazard_plot,
+    landing_labels,
+    landing_outcome_plot,
+    margin_histogram,
+    phase_diagram,
+)
+from sim.model.params import load_scenario
+from sim.model.scheduling import build_schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def grid(second: bool = False) -> pd.DataFrame:
+    """A synthetic sweep: two policies with identical zero series, one racy."""
+    rows = []
+    launch = (500_000, 1_500_000) if second else (1_500_000,)
+    for fwd in (3_000_000, 6_000_000, 9_000_000):
+        for lau in launch:
+            for seed in (0, 1):
+                for policy, k in (("unsynced", fwd // 1_000_000), ("device-authoritative", 0),
+                                  ("private-buffer", 0)):  # fmt: skip
+                    row = {
+                        "set.timing.gpu_forward_ns_base": fwd,
+                        "seed": seed,
+                        "scenario": "qwen35-mtp3",
+                        "policy": policy,
+                        "steps": 500,
+                        "reads": 30_000,
+                        "cpu_wrong": 10 * k,
+                        "gpu_wrong": k,
+                        "corrupted_requests": k,
+                        "mean_step_ns": 9e6,
+                    }
+                    if second:
+                        row["set.timing.worker_launch_ns"] = lau
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_wilson_interval_known_values() -> None:
+    lo, hi = wilson(np.array([0, 5, 50]), np.array([100, 100, 100]))
+    assert lo[0] == 0 and hi[0] == pytest.approx(0.0370, abs=1e-4)
+    assert (lo[1], hi[1]) == (pytest.approx(0.0215, abs=1e-4), pytest.approx(0.1118, abs=1e-4))
+    assert lo[2] < 0.5 < hi[2]
+
+
+def test_axis_names_and_units() -> None:
+    assert param_axis("set.timing.gpu_forward_ns_base", [3e6, 9e6]) == (
+        "GPU forward time (ms)",
+        1e-6,
+    )
+    assert param_axis("set.timing.dma_land_delay_ns", [5e3, 45e3])[0] == (
+        "counts D2H landing delay (µs)"
+    )
+    assert param_axis("set.timing.jitter_frac", [0.1])[1] == 1.0
+
+
+def test_hazard_plot_has_title_counts_intervals_and_visible_duplicates() -> None:
+    fig = hazard_plot(grid())
+    title = fig.get_suptitle()
+    assert "qwen35-mtp3" in title and "500 steps x 2 seeds" in title
+    ax_cpu, ax_gpu = fig.axes[:2]
+    assert ax_gpu.get_xlabel() == "GPU forward time (ms)" and ax_gpu.get_yscale() == "log"
+    legend = [t.get_text() for t in ax_gpu.get_legend().get_texts()]
+    assert "unsynced: 36 consumed wrong" in legend  # (3 + 6 + 9) x 2 seeds
+    assert "device-authoritative: 0 consumed wrong" in legend
+    # The two zero series are drawn at distinct x (dodged), at their 95 % upper bound.
+    zeros = [ln for ln in ax_gpu.lines if ln.get_marker() == "v" and len(ln.get_xdata())]
+    assert len(zeros) == 2
+    assert not np.allclose(zeros[0].get_xdata(), zeros[1].get_xdata())
+    assert zeros[0].get_ydata()[0] == pytest.approx(wilson(0, 60_000)[1] * 10_000)
+    assert {t.get_text() for t in ax_gpu.texts} >= {"6", "12", "18"}  # counts per point
+
+
+def test_hazard_plot_refuses_to_pool_a_second_parameter() -> None:
+    with pytest.raises(SpecraceError, match="also varies set.timing.worker_launch_ns"):
+        hazard_plot(grid(second=True), "set.timing.gpu_forward_ns_base")
+    with pytest.raises(SpecraceError, match="would pool"):
+        hazard_rates(grid(second=True), "set.timing.gpu_forward_ns_base")
+
+
+def test_swarm_is_a_scatter() -> None:
+    df = grid().rename(columns={"set.timing.gpu_forward_ns_base": "timing.gpu_forward_ns_base"})
+    df["set.swarm"] = np.arange(len(df)) // 6
+    fig = hazard_plot(df)
+    data_lines = [ln for ln in fig.axes[1].lines if len(ln.get_xdata()) > 1]
+    assert data_lines and all(ln.get_linestyle() == "None" for ln in data_lines)
+
+
+def test_phase_diagram_cells_say_count_reads_and_interval() -> None:
+    fig = phase_diagram(
+        grid(second=True), "set.timing.gpu_forward_ns_base", "set.timing.worker_launch_ns"
+    )
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split(":")[0] for ax in panels] == [
+        "unsynced", "device-authoritative", "private-buffer"
+    ]  # fmt: skip
+    cells = [t.get_text() for t in panels[0].texts]
+    assert len(cells) == 3 * 2
+    assert "18 / 60,000\n3 [1.9, 4.7]" in cells  # 9 ms: 9 per seed, per 10,000 reads
+    assert panels[0].get_xlabel() == "GPU forward time (ms)"
+    assert panels[0].get_ylabel() == "worker launch (ms)"
+
+
+def test_margin_histogram_log_axis_integer_counts_and_consumed_apart() -> None:
+    reads = pd.DataFrame(
+        {
+            "cpu_wrong": [True, True, True, False],
+            "gpu_wrong": [True, False, False, False],
+            "kind": ["ownership", "double-permute", "double-permute", ""],
+            "margin_ns": [2_000, 300_000, 0, 5],
+        }
+    )
+    fig = margin_histogram(reads)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and "µs" in ax.get_xlabel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0] == "GDN consumed the wrong count: 1 (ownership 1)"
+    assert legend[1] == "CPU wrong, repaired on the GPU: 2 (double-permute 2)"
+    ticks = ax.get_yticks()
+    assert np.allclose(ticks, np.round(ticks))
+
+
+def test_landing_outcome_axis_names_the_operations() -> None:
+    sc = load_scenario("minimal-race")
+    ops = build_schedule(sc, 0, sc.default_steps).steps[4].ops
+    labels = landing_labels(ops)
+    assert [labels[i] for i in range(4)] == [
+        "before remove F", "before add Q", "before swap 1↔0", "after swap 1↔0"
+    ]  # fmt: skip
+    table = pd.DataFrame(
+        {"policy": ["align"] * 3, "land_pos": [0, 2, 3], "gpu_consumed": [1, 4, 1],
+         "replays": [5, 3, 2]}
+    )  # fmt: skip
+    fig = landing_outcome_plot(table, "R by landing", labels)
+    ticks = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert ticks == ["before remove F", "before swap 1↔0", "after swap 1↔0"]
+    assert fig.axes[0].get_title() == "align: 3 of 10 replays wrong"
+
+
+def test_importing_the_pictures_forces_no_backend() -> None:
+    code = (
+        "import sys, matplotlib; import sim.explore.plots, sim.explore.timeline, "
+        "sim.explore.perfetto, sim.cli.main; "
+        "assert 'matplotlib.pyplot' not in sys.modules; "
+        "assert matplotlib.rcParams._get_backend_or_none() is None; print('ok')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT)},
+    )  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_plot_cli_draws_a_replay_table_by_named_landings(tmp_path: Path) -> None:
+    out = tmp_path / "landing.png"
+    args = [
+        sys.executable,
+        "-m",
+        "sim",
+        "plot",
+        str(ROOT / "data/replay/observed_minimal-race.parquet"),
+    ]
+    r = subprocess.run(
+        [*args, "--req", "R", "--step", "4", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == (
+        "error: a replay table: give --req R --step N (e.g. --req R --step 4)\n"
+    )
