@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sim.cli import check as check_cli
 from sim.errors import SpecraceError
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -220,7 +221,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
 # and sets ``func``.
-PLUGINS: tuple = ()
+PLUGINS: tuple = (check_cli.register,)
 
 
 def build_parser() -> argparse.ArgumentParser:

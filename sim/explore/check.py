@@ -409,6 +409,7 @@ class Counterexample:
     landings: list[int]  # per step 1..n (index 0: step 1)
     wrong: tuple[Wrong, ...]
     key: tuple
+    prior: State | None = None  # the buffers before the failing step
 
     @property
     def step(self) -> int:
@@ -657,8 +658,9 @@ class Checker:
                         res.failing[kind] = res.failing.get(kind, 0) + n * m
                 for land, counts, o in agg.first_fail.values():
                     self._counterexample(
-                        pol, o, root, reqs, cap_iv, records, [*wit, land], counts if free else None
-                    )
+                        pol, o, root, reqs, cap_iv, records, [*wit, land],
+                        counts if free else None, state,
+                    )  # fmt: skip
             elif not counted:
                 res.repaired += n * agg.repaired
             for st, mult, land, counts in agg.states:
@@ -735,13 +737,14 @@ class Checker:
             land,
         )
 
-    def _counterexample(self, pol, o, root, reqs, cap_iv, records, wit, free_counts) -> None:
+    def _counterexample(self, pol, o, root, reqs, cap_iv, records, wit, free_counts, prior) -> None:
         rows = max(r.num_reqs for r in records)
         ops = sum(len(r.ops) for r in records)
         odd = sum(1 for i, x in enumerate(wit) if x != len(records[i + 1].ops))
-        cheap = (rows, len(records), ops, len(reqs), odd)
+        plain = sum(1 for r in reqs if r.cls != "p")  # then the plainest prompts
+        cheap = (rows, len(records), ops, len(reqs), plain, odd)
         best = self.results[pol.name].minimal.get(o.kind)
-        if best is not None and best.key[:5] < cheap:
+        if best is not None and best.key[:6] < cheap:
             return
         key = (*cheap, repr((root, reqs, wit, free_counts)))
         if best is not None and best.key <= key:
@@ -757,7 +760,7 @@ class Checker:
                     j = index[prev.req_ids[row]]
                     r1[j] = replace(r1[j], accepted=(*r1[j].accepted, int(v)))
         self.results[pol.name].minimal[o.kind] = Counterexample(
-            pol.name, o.kind, root, tuple(r1), cap_iv[1], recs, list(wit), o.wrong, key
+            pol.name, o.kind, root, tuple(r1), cap_iv[1], recs, list(wit), o.wrong, key, prior
         )
 
 
