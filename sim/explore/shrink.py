@@ -105,7 +105,7 @@ def realize(
             break
         seen.add(d)
     for per_token in (0, 20_000, 100_000):
-        for d in range(0, 2_000_000, 5_000):
+        for d in range(0, 4_000_000, 5_000):
             t = replace(base, dma_land_delay_ns=d, gpu_forward_ns_per_token=per_token)
             m = simulate(schedule, t, policy, seed=0, trace=False)
             if ok(m):
