@@ -143,11 +143,23 @@ class Space:
             raise SpecraceError(f"--classes {','.join(self.classes)}: known {','.join(CLASSES)}")
 
 
+BIG_BUDGET = 1 << 20
+
+
 @dataclass(frozen=True)
 class Root:
+    """The engine configuration of a subtree. ``mode``: the token budget only matters once a
+    prompt longer than ``1 + k`` tokens is scheduled (a chunked prompt, or a preempted
+    request's recompute): until then every row takes at most ``1 + k`` tokens and ``R`` rows
+    fit the small budget ``R * (1 + k)``, so the small and the unlimited budget give the same
+    records. A "plain" subtree (small budget, no such event yet) stands for both; at the first
+    such event it forks into a "fixed" small-budget child and, from the same node, a "relevant"
+    unlimited-budget search that keeps only the children with such an event."""
+
     async_scheduling: bool
     threshold_is_one: bool
     budget: int
+    mode: str = "fixed"  # fixed | plain | relevant
 
 
 @dataclass(frozen=True)
@@ -463,8 +475,7 @@ class Checker:
         families = ([True] if self.async_policies else []) + ([False] if self.sync else [])
         for async_ in families:
             for thr1 in (False, True):
-                for budget in (self.space.max_rows * t, 1 << 20):
-                    yield Root(async_, thr1, budget)
+                yield Root(async_, thr1, self.space.max_rows * t, "plain")
 
     def run(self) -> CheckResult:
         for root in self.roots():
@@ -525,36 +536,47 @@ class Checker:
                 stop = [v for v in at_s if v <= hi]
                 cls_lo = max(lo, stop[-1]) if stop else lo
                 preempting = any(v > hi for v in at_s)
-                self._arrivals(
-                    root, pols, r1t, (cls_lo, hi), records, frontiers, new_out,
-                    len(run.cap_log), run, preempting,
-                )  # fmt: skip
+                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, len(run.cap_log))
+                if preempting and root.mode == "plain":
+                    # a preemption fixes the budget (its recompute may exceed 1 + k tokens):
+                    # the small budget's child, and the unlimited one's (same comparisons)
+                    self._arrivals(replace(root, mode="fixed"), *args, run, preempting)
+                    big = replace(root, budget=BIG_BUDGET, mode="fixed")
+                    self._arrivals(big, *args, self._run(big, r1t, hi, s + 1), preempting)
+                else:
+                    self._arrivals(root, *args, run, preempting)
                 hi = cls_lo - 1
 
     def _arrivals(
         self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run, preempting
     ):
-        """3. admitted arrival sequences at step s (the empty one first)."""
+        """3. admitted arrival sequences at step s (the empty one first). A chunked arrival
+        in a plain subtree fixes the budget: both budgets' runs are followed from there."""
         s = len(records)
-        stack: list[tuple[tuple[Req, ...], _Run]] = [(reqs, run)]
+        stack: list[tuple[tuple[Req, ...], _Run, Root]] = [(reqs, run, root)]
         while stack:
-            cur, cur_run = stack.pop()
-            self._accepted(root, pols, cur, cap_iv, records, frontiers, out_lens, cap_len, cur_run)
+            cur, cur_run, sub = stack.pop()
+            self._accepted(sub, pols, cur, cap_iv, records, frontiers, out_lens, cap_len, cur_run)
             rec = cur_run.records[s]
             # The scheduler admits only with budget left and a free row (scheduling.py
-            # _schedule_step): skip the runs that cannot admit anyone.
-            # A preemption at this step blocks admission too.
+            # _schedule_step): skip the runs that cannot admit anyone. A preemption at this
+            # step blocks admission too.
             if (
                 preempting
                 or rec.num_reqs >= self.space.max_rows
-                or int(rec.num_scheduled.sum()) >= root.budget
+                or int(rec.num_scheduled.sum()) >= sub.budget
             ):
                 continue
-            for cls in reversed(self._classes(root, s)):
+            for cls in reversed(self._classes(sub, s)):
                 nxt = (*cur, Req(cls, s))
-                r = self._run(root, nxt, cap_iv[1], s + 1)
-                if req_name(len(nxt) - 1) in r.records[s].new:
-                    stack.append((nxt, r))
+                forks = [sub]
+                if cls == "L" and sub.mode == "plain":
+                    forks = [replace(sub, mode="fixed"),
+                             replace(sub, budget=BIG_BUDGET, mode="fixed")]  # fmt: skip
+                for f in forks:
+                    r = self._run(f, nxt, cap_iv[1], s + 1)
+                    if req_name(len(nxt) - 1) in r.records[s].new:
+                        stack.append((nxt, r, f))
 
     def _accepted(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run):
         """4. accepted counts of step s's drafted rows, while they can change the schedule."""
@@ -701,9 +723,16 @@ class Checker:
             cur.num_reqs, land, counts,
         )  # fmt: skip
         self.evaluations += 1
-        # Verify on concrete counts: the largest failing tuple (the witness) and the largest.
+        # Verified on concrete counts: the largest tuple once per transition and state, and the
+        # largest failing one (the witness) the first time a kind fails.
         idx = np.flatnonzero(fail)
-        checks = {len(counts) - 1, int(idx[-1])} if idx.size else {len(counts) - 1}
+        kind = hazard_kind(cur.ops, land)
+        checks = set()
+        if not agg.verified:
+            checks.add(len(counts) - 1)
+            agg.verified = True
+        if idx.size and kind not in agg.first_fail:
+            checks.add(int(idx[-1]))
         witness = None
         for j in sorted(checks):
             c = tuple(int(x) for x in counts[j])
@@ -720,7 +749,6 @@ class Checker:
         agg.repaired += int(repaired.sum()) * mult
         agg.ok += (len(counts) - n_fail) * mult
         if n_fail:
-            kind = hazard_kind(cur.ops, land)
             agg.failing[kind] = agg.failing.get(kind, 0) + n_fail * mult
             if kind not in agg.first_fail:
                 agg.first_fail[kind] = witness
@@ -771,6 +799,7 @@ class _Agg:
     failing: dict[str, int] = field(default_factory=dict)
     first_fail: dict[str, tuple] = field(default_factory=dict)
     states: list[tuple] = field(default_factory=list)
+    verified: bool = False
 
 
 def _merge(out: dict, state: State, n: int, wit: list, cnt) -> None:
@@ -782,27 +811,21 @@ def _merge(out: dict, state: State, n: int, wit: list, cnt) -> None:
 
 
 def schedule_key(records: list[StepRecord]) -> tuple:
-    """What the verdicts depend on, with requests renamed by first appearance."""
-    names: dict[str, int] = {}
-
-    def nm(r: str) -> int:
-        return names.setdefault(r, len(names))
-
-    out = []
-    for rec in records:
-        for r in rec.req_ids:
-            nm(r)
-        out.append(
-            (
-                tuple((op.kind, op.a, op.b, nm(op.req_id)) for op in rec.ops),
-                tuple(nm(r) for r in rec.req_ids),
-                tuple(rec.prev_positions.tolist()),
-                tuple(rec.prev_num_draft_tokens.tolist()),
-                tuple(rec.drafts.tolist()),
-                tuple(rec.accepted.tolist()),
-            )  # a discarded row shows in the next step's prev_positions
+    """What the verdicts depend on, and nothing else: per step the row ops (kind, rows), the
+    layout's size, prev_positions, prev_num_draft_tokens, drafts and counts. Request names are
+    left out (symmetry: who is who changes no read), and so are finish-or-unscheduled (both a
+    remove) and a discarded row (it shows in the next step's prev_positions)."""
+    return tuple(
+        (
+            tuple((op.kind, op.a, op.b) for op in rec.ops),
+            rec.num_reqs,
+            rec.prev_positions.tobytes(),
+            rec.prev_num_draft_tokens.tobytes(),
+            rec.drafts.tobytes(),
+            rec.accepted.tobytes(),
         )
-    return tuple(out)
+        for rec in records
+    )
 
 
 def check(space: Space, policy_names: list[str]) -> CheckResult:
