@@ -77,6 +77,7 @@ CLASS_TEXT = {
     "L": "a prompt 2 tokens longer than the token budget (chunked prefill)",
 }
 KINDS = ("unlanded", "ownership", "double-permute")
+_CLASS_WORD = {"p": "whole prompt", "h": "prefix hit", "L": "chunked prompt"}
 
 
 def class_prompt(cls: str, budget: int) -> tuple[int, int]:
@@ -228,28 +229,52 @@ class _Run:
     cap_log: list[int]  # sums compared with the KV capacity
 
 
-def _run(space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int) -> _Run:
-    """``build_schedule`` with probes in place of undecided output lengths and the capacity."""
-    out_logs: list[list[int]] = [[] for _ in reqs]
-    cap_log: list[int] = []
+def _run(
+    space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int, cache: dict | None = None
+) -> _Run:
+    """``build_schedule`` with probes in place of undecided output lengths and the capacity.
+    ``cache`` keeps the frozen parameter objects (and their probes) between runs."""
+    cache = {} if cache is None else cache
     scripted = []
+    logs: list[list[int] | None] = []
     for i, r in enumerate(reqs):
-        prompt, hit = class_prompt(r.cls, root.budget)
-        out = _Probe(BIG, out_logs[i]) if r.output_len is None else r.output_len
-        scripted.append(ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted, hit))
-    eng = EngineParams(
-        max_num_seqs=space.max_rows,
-        max_num_batched_tokens=root.budget,
-        num_speculative_tokens=space.k,
-        async_scheduling=root.async_scheduling,
-        reorder_threshold_is_one=root.threshold_is_one,
-        kv_cache_capacity_tokens=_Probe(cap, cap_log),
-    )
+        key = (i, r, root.budget)
+        hit = cache.get(key)
+        if hit is None:
+            prompt, prefix = class_prompt(r.cls, root.budget)
+            log: list[int] | None = [] if r.output_len is None else None
+            out = _Probe(BIG, log) if log is not None else r.output_len
+            hit = cache[key] = (ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted,
+                                                prefix), log)  # fmt: skip
+        scripted.append(hit[0])
+        if hit[1] is not None:
+            hit[1].clear()
+        logs.append(hit[1])
+    ekey = ("engine", root.budget, root.async_scheduling, root.threshold_is_one, cap)
+    if ekey not in cache:
+        cap_log: list[int] = []
+        cache[ekey] = (
+            EngineParams(
+                max_num_seqs=space.max_rows,
+                max_num_batched_tokens=root.budget,
+                num_speculative_tokens=space.k,
+                async_scheduling=root.async_scheduling,
+                reorder_threshold_is_one=root.threshold_is_one,
+                kv_cache_capacity_tokens=_Probe(cap, cap_log),
+            ),
+            cap_log,
+        )
+    eng, cap_log = cache[ekey]
+    cap_log.clear()
     scn = _CheckScenario(
         "check", "", steps, eng, WorkloadParams(arrival="scripted", requests=tuple(scripted)),
-        TimingParams(),
+        _TIMING,
     )  # fmt: skip
-    return _Run(build_schedule(scn, 0, steps).steps, out_logs, cap_log)
+    records = build_schedule(scn, 0, steps).steps
+    return _Run(records, [list(x) if x is not None else [] for x in logs], list(cap_log))
+
+
+_TIMING = TimingParams()
 
 
 # -- the evaluator ----------------------------------------------------------------------------
@@ -468,6 +493,7 @@ class Checker:
         self.nodes = 0
         self.runs = 0
         self.evaluations = 0
+        self._cache: dict = {}
 
     # -- tree ------------------------------------------------------------------------------
     def roots(self) -> Iterator[Root]:
@@ -505,7 +531,9 @@ class Checker:
 
     def _run(self, root, reqs, cap, steps) -> _Run:
         self.runs += 1
-        return _run(self.space, root, reqs, cap, steps)
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        return _run(self.space, root, reqs, cap, steps, self._cache)
 
     def _expand(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len) -> None:
         """Children of the prefix ``records`` (steps 0..s-1): every choice for step s."""
@@ -853,12 +881,16 @@ def story(cx: Counterexample) -> str:
     """The counterexample as a short story: one line per step, the row operations in vLLM's
     order with the copy's landing among them, and the wrong read."""
     recs = cx.records
-    lines: list[str] = []
+    thr = 1 if cx.root.threshold_is_one else "1+k"
+    budget = "unlimited" if cx.root.budget >= BIG_BUDGET else str(cx.root.budget)
+    who = ", ".join(f"{req_name(i)} {_CLASS_WORD[r.cls]}" for i, r in enumerate(cx.reqs))
+    cap = f", KV capacity {cx.cap} tokens" if cx.cap < BIG else ""
+    lines = [f"(reorder threshold {thr}, token budget {budget}{cap}; {who})"]
     for s, rec in enumerate(recs):
         words = _op_words(rec)
         land = cx.landings[s - 1] if s else None
         last = s == len(recs) - 1
-        if land is not None and (last or land != len(rec.ops)):
+        if land is not None:
             if land >= 0:
                 words.insert(land, f"step {s - 1}'s copy lands")
             else:
