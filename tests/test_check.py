@@ -107,9 +107,11 @@ def test_unsynced_unlanded(unlanded) -> None:
 
 
 def _counterexamples(*results):
+    """(space, counterexample) pairs: a counterexample's scenario needs its own space."""
     for res in results:
         for p in res.policies.values():
-            yield from p.minimal.values()
+            for cx in p.minimal.values():
+                yield res.space, cx
 
 
 def _policy(name: str) -> Policy:
@@ -118,9 +120,8 @@ def _policy(name: str) -> Policy:
 
 def test_every_counterexample_reproduces_in_simpy(small, unlanded) -> None:
     seen = 0
-    for cx in _counterexamples(small, unlanded):
-        scn = scenario_for(small.space if cx.key[0] > 1 else unlanded.space, cx.root, cx.reqs,
-                           cx.cap, len(cx.records))  # fmt: skip
+    for space, cx in _counterexamples(small, unlanded):
+        scn = scenario_for(space, cx.root, cx.reqs, cx.cap, len(cx.records))
         sched = build_schedule(scn, 0, len(cx.records))
         assert schedule_key(sched.steps) == schedule_key(cx.records)  # the script is the schedule
         (w,) = cx.wrong[:1]
@@ -158,8 +159,7 @@ class _PriorCounts(ScriptedCounts):
 
 
 def test_every_counterexample_reproduces_in_the_cpu_replay(small, unlanded) -> None:
-    for cx in _counterexamples(small, unlanded):
-        space = small.space if cx.key[0] > 1 else unlanded.space
+    for space, cx in _counterexamples(small, unlanded):
         scn = scenario_for(space, cx.root, cx.reqs, cx.cap, len(cx.records))
         sched = build_schedule(scn, 0, len(cx.records))
         dev = _PriorCounts(sched.max_num_reqs, [cx.landings[-1]], cx.prior)
