@@ -649,12 +649,26 @@ class Checker:
 
         if last and prefix_key() in self.leaf_keys_seen:
             return  # the same schedule (up to names) was checked on another branch
+        trans = None
+        if s >= 1:  # the step transition, once for every policy (memo key)
+            prev = records[s - 1]
+            trans = (
+                root.async_scheduling,
+                tuple((op.kind, op.a, op.b) for op in rec.ops),
+                rec.prev_positions.tobytes(),
+                rec.prev_num_draft_tokens.tobytes(),
+                rec.num_reqs,
+                prev.drafts.tobytes() if free else prev.accepted.tobytes(),
+                free,
+                last,
+            )
         new_frontiers = {}
         oks = {}
         for pol in pols:
             new_frontiers[pol.name], oks[pol.name] = self._step(
-                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, prefix_key
-            )
+                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, prefix_key,
+                trans,
+            )  # fmt: skip
         if last:
             self.leaf_keys_seen.add(prefix_key())
             self.leaf_keys[root.async_scheduling].add(prefix_key())
@@ -664,7 +678,7 @@ class Checker:
         self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len)
 
     # -- evaluation ------------------------------------------------------------------------
-    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, prefix_key):
+    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, prefix_key, trans):
         """Step s of every interleaving in ``frontier``: the new frontier (or, at the last
         step, only the number of complete interleavings without a wrong consumed count)."""
         s = len(records) - 1
@@ -678,17 +692,7 @@ class Checker:
                 _merge(out, o.state, n, wit, cnt)
             return out, sum(v[0] for v in out.values())
         prev = records[s - 1]
-        base_key = (
-            pol.name,
-            root.async_scheduling,
-            tuple((op.kind, op.a, op.b) for op in cur.ops),
-            tuple(cur.prev_positions.tolist()),
-            tuple(cur.prev_num_draft_tokens.tolist()),
-            cur.num_reqs,
-            tuple(int(1 + d) for d in prev.drafts) if free else tuple(prev.accepted.tolist()),
-            free,
-            last,
-        )
+        base_key = (pol.name, trans)
         counted = False
         for state, (n, wit, cnt) in frontier.items():
             key = (base_key, state)
