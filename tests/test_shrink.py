@@ -61,3 +61,21 @@ def test_shrink_refuses_a_right_read(run_dir, capsys) -> None:
 def test_shrink_bad_run(tmp_path, capsys) -> None:
     assert main(["shrink", str(tmp_path), "--step", "3", "--req", "A"]) == 2
     assert "meta.json" in capsys.readouterr().err
+
+
+def test_shrink_minimal_race_to_three_steps(tmp_path, capsys) -> None:
+    """minimal-race's consumed-wrong read (R at step 4, ownership) shrinks to the enumeration's
+    minimal race: 2 rows, 3 steps, and the TOML reproduces it."""
+    run = tmp_path / "mr"
+    args = ["run", "--scenario", "minimal-race", "--policy", "synced-gather", "--no-trace"]
+    assert main([*args, "--out", str(run)]) == 0
+    toml = tmp_path / "mr.toml"
+    assert main(["shrink", str(run), "--step", "4", "--req", "R", "--out", str(toml)]) == 0
+    text = capsys.readouterr().out
+    assert "-> 3 requests, 3 steps, 2 rows" in text and "reads F's 4 instead of 1" in text
+    scn = load_scenario(str(toml))
+    assert scn.default_steps == 3 and scn.engine.max_num_seqs == 2
+    assert main(["run", "--scenario", str(toml), "--policy", "synced-gather", "--out",
+                 str(tmp_path / "re"), "--json"]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["by_kind"] == {"ownership": 1} and summary["gpu_wrong"] == 1

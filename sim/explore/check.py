@@ -881,7 +881,7 @@ def all_policy_names() -> list[str]:
 # -- stories and JSON -------------------------------------------------------------------------
 
 
-def story(cx: Counterexample) -> str:
+def story(cx: Counterexample, header: str | None = None) -> str:
     """The counterexample as a short story: one line per step, the row operations in vLLM's
     order with the copy's landing among them, and the wrong read."""
     recs = cx.records
@@ -889,7 +889,7 @@ def story(cx: Counterexample) -> str:
     budget = "unlimited" if cx.root.budget >= BIG_BUDGET else str(cx.root.budget)
     who = ", ".join(f"{req_name(i)} {_CLASS_WORD[r.cls]}" for i, r in enumerate(cx.reqs))
     cap = f", KV capacity {cx.cap} tokens" if cx.cap < BIG else ""
-    lines = [f"(reorder threshold {thr}, token budget {budget}{cap}; {who})"]
+    lines = [header or f"(reorder threshold {thr}, token budget {budget}{cap}; {who})"]
     for s, rec in enumerate(recs):
         words = _op_words(rec)
         land = cx.landings[s - 1] if s else None

@@ -310,7 +310,13 @@ class Shrinker:
         changed = True
         while changed and self.checks < self.budget:
             changed = False
-            for step in (self._truncate, self._drop_requests, self._rows, self._simplify):
+            for step in (
+                self._truncate,
+                self._drop_requests,
+                self._compress,
+                self._rows,
+                self._simplify,
+            ):
                 nc = step(c)
                 if nc is not None and nc != c:
                     c, changed = nc, True
@@ -342,6 +348,28 @@ class Shrinker:
                     break
                 n = min(len(reqs), n * 2)
         return replace(c, requests=tuple(reqs)) if improved else None
+
+    def _compress(self, c: Candidate) -> Candidate | None:
+        """One step fewer: request i loses its first drafted step (its output shrinks by that
+        step's tokens) and every later arrival comes a step earlier."""
+        if c.steps <= 2:
+            return None
+        for i, r in enumerate(c.requests):
+            if not r.accepted:
+                continue
+            reqs = []
+            for j, q in enumerate(c.requests):
+                if j == i:
+                    reqs.append(replace(q, output_len=max(1, q.output_len - q.accepted[0]),
+                                        accepted=q.accepted[1:]))  # fmt: skip
+                elif q.arrival_step > r.arrival_step:
+                    reqs.append(replace(q, arrival_step=q.arrival_step - 1))
+                else:
+                    reqs.append(q)
+            nc = replace(c, requests=tuple(reqs), steps=c.steps - 1)
+            if self.hazard(nc):
+                return nc
+        return None
 
     def _rows(self, c: Candidate) -> Candidate | None:
         sched = build_schedule(c.scenario(TimingParams()), 0, c.steps)
@@ -438,7 +466,15 @@ def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
         policy.name, kind, Root(small.async_scheduling, False, 0), tuple(Req("p", 0) for _ in ()),
         0, small.steps[: h.step + 1], h.landings, (), (), h.prior,
     )  # fmt: skip
-    text = _story(cx, h)
+    eng = c.engine
+    head = (
+        f"(reorder threshold {1 if eng.reorder_threshold_is_one else '1+k'}, token budget "
+        f"{eng.max_num_batched_tokens}"
+        + (f", KV capacity {eng.kv_cache_capacity_tokens} tokens" if eng.kv_cache_capacity_tokens
+           else "")
+        + "; " + ", ".join(f"{r.req_id} prompt {r.prompt_len}" for r in c.requests) + ")"
+    )  # fmt: skip
+    text = _story(cx, h, head)
     desc = (
         f"Shrunk by `python -m sim shrink {run} --step {step} --req {req}` from a "
         f"{meta['policy']} run of {scenario.name}: a read of kind {kind} "
@@ -449,13 +485,13 @@ def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
     return ShrinkResult(policy.name, kind, start.size(), c, h, timing, text, shr.checks)
 
 
-def _story(cx: Counterexample, h: Hazard) -> str:
+def _story(cx: Counterexample, h: Hazard, header: str) -> str:
     from sim.explore.check import Wrong
 
     cur = cx.records[-1]
     row = cur.req_ids.index(h.req_id)
     w = Wrong(row, int(cur.prev_positions[row]), h.true, h.cpu, h.gpu)
-    return story(replace(cx, wrong=(w,)))
+    return story(replace(cx, wrong=(w,)), header)
 
 
 def scenario_toml(scn: Scenario) -> str:
