@@ -489,7 +489,7 @@ class Checker:
         self.results = {p.name: PolicyResult(p.name, p.vllm) for p in policies}
         self.leaf_keys: dict[bool, set] = {True: set(), False: set()}
         self.leaf_keys_seen: set = set()
-        self.failing_seen: set = set()
+        self.prefix_seen: set = set()
         self.nodes = 0
         self.runs = 0
         self.evaluations = 0
@@ -649,6 +649,9 @@ class Checker:
 
         if last and prefix_key() in self.leaf_keys_seen:
             return  # the same schedule (up to names) was checked on another branch
+        # The same prefix reached by other choices has the same interleavings: count them once.
+        count = prefix_key() not in self.prefix_seen
+        self.prefix_seen.add(prefix_key())
         trans = None
         if s >= 1:  # the step transition, once for every policy (memo key)
             prev = records[s - 1]
@@ -666,7 +669,7 @@ class Checker:
         oks = {}
         for pol in pols:
             new_frontiers[pol.name], oks[pol.name] = self._step(
-                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, prefix_key,
+                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, count,
                 trans,
             )  # fmt: skip
         if last:
@@ -678,7 +681,7 @@ class Checker:
         self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len)
 
     # -- evaluation ------------------------------------------------------------------------
-    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, prefix_key, trans):
+    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, count, trans):
         """Step s of every interleaving in ``frontier``: the new frontier (or, at the last
         step, only the number of complete interleavings without a wrong consumed count)."""
         s = len(records) - 1
@@ -693,7 +696,6 @@ class Checker:
             return out, sum(v[0] for v in out.values())
         prev = records[s - 1]
         base_key = (pol.name, trans)
-        counted = False
         for state, (n, wit, cnt) in frontier.items():
             key = (base_key, state)
             agg = self.memo.get(key)
@@ -701,22 +703,16 @@ class Checker:
                 agg = self._aggregate(pol, root, state, cur, prev, free, last)
                 self.memo[key] = agg
             ok_total += n * agg.ok
+            if count:
+                res.repaired += n * agg.repaired
+                for kind, m in agg.failing.items():
+                    res.failing[kind] = res.failing.get(kind, 0) + n * m
             if agg.failing:
-                pk = (pol.name, prefix_key())
-                if not counted:
-                    counted = pk not in self.failing_seen
-                    self.failing_seen.add(pk)
-                if counted:
-                    res.repaired += n * agg.repaired
-                    for kind, m in agg.failing.items():
-                        res.failing[kind] = res.failing.get(kind, 0) + n * m
                 for land, counts, o in agg.first_fail.values():
                     self._counterexample(
                         pol, o, root, reqs, cap_iv, records, [*wit, land],
                         counts if free else None, state,
                     )  # fmt: skip
-            elif not counted:
-                res.repaired += n * agg.repaired
             for st, mult, land, counts in agg.states:
                 _merge(out, st, n * mult, [*wit, land], counts if free else cnt)
         return out, ok_total
