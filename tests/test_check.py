@@ -224,11 +224,13 @@ def test_cli_bad_input(capsys) -> None:
 
 
 @pytest.mark.slow
-def test_committed_table_regenerates() -> None:
-    """data/check/r4-s3-k3.json is what ``sim check --max-rows 4 --steps 3 --k 3`` gives."""
-    path = ROOT / "data" / "check" / "r4-s3-k3.json"
+@pytest.mark.parametrize("rows,steps", [(4, 3), (2, 4)])
+def test_committed_tables_regenerate(rows: int, steps: int) -> None:
+    """data/check/rR-sS-k3.json is what ``sim check --max-rows R --steps S --k 3`` gives."""
+    path = ROOT / "data" / "check" / f"r{rows}-s{steps}-k3.json"
     doc = json.loads(path.read_text())
-    assert doc == json.loads(json.dumps(result_json(check(Space(4, 3, 3), all_policy_names()))))
+    res = check(Space(rows, steps, 3), all_policy_names())
+    assert doc == json.loads(json.dumps(result_json(res)))
 
 
 def test_evaluator_matches_the_hand_derived_policy_cases() -> None:
