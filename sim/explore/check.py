@@ -21,12 +21,19 @@ Choices per step ``s`` (each one a branch of the search tree):
   chunked). Only admitted arrivals are branched: a request that arrives and waits is the same
   as one that arrives a step later first in line (FCFS, no row op while waiting).
 - **accepted counts** (1..1+drafts) of every drafted row: branched in the tree while they can
-  still change the schedule (step ``s + lag < S``), afterwards enumerated by the evaluator per
-  equality pattern (values other than 1 renamed; every policy only copies counts).
+  still change the schedule (step ``s + lag < S``; with async off, where every read is right
+  by construction, only 1 + drafts), afterwards all ``prod(1 + drafts)`` tuples are evaluated
+  at once on symbolic counts (:func:`symbolic_masks`: a read returns another row's count or a
+  number), verified against a concrete run per transition.
 
-Roots: reorder threshold ``1 + k`` and 1, token budget ``R * (1 + k)`` (the smallest vLLM
-allows here: chunking and clipped drafts) and unlimited, async scheduling on (the policies of
-:data:`sim.model.policies.POLICIES`) and off (:data:`SYNC_SCHEDULING`).
+Roots: reorder threshold ``1 + k`` and 1, async scheduling on (the policies of
+:data:`sim.model.policies.POLICIES`) and off (:data:`SYNC_SCHEDULING`); the token budget
+``R * (1 + k)`` (the smallest vLLM allows here: chunking and clipped drafts) forks into the
+unlimited one at the first chunked prompt or preemption (:class:`Root`).
+
+Reductions: request names and finish-or-unscheduled are not part of a schedule's key
+(:func:`schedule_key`: symmetry), landings only a ``remove`` apart are one (:func:`landings`),
+identical buffer states merge, and every (policy, step transition, state) is evaluated once.
 
 For every step ``n >= 1`` of a schedule, every landing position of step ``n-1``'s copy among
 step ``n``'s row operations (0..len(ops)) and "not landed at the read" (-1) is replayed with
@@ -71,12 +78,6 @@ BIG = 1 << 40  # "never": an output length or a KV capacity no run reaches
 WRITE_OPS = ("add", "move", "swap")
 # Prompt classes: (prompt_len, prefix_hit_tokens) as a function of the token budget.
 CLASSES = ("p", "h", "L")
-CLASS_TEXT = {
-    "p": "a 2-token prompt, prefilled whole",
-    "h": "a 2-token prompt with a 1-token prefix hit (first chunk has context)",
-    "L": "a prompt 2 tokens longer than the token budget (chunked prefill)",
-}
-KINDS = ("unlanded", "ownership", "double-permute")
 _CLASS_WORD = {"p": "whole prompt", "h": "prefix hit", "L": "chunked prompt"}
 
 
@@ -139,6 +140,10 @@ class Space:
             raise SpecraceError(f"--steps {self.steps}: must be in 2..8 (a read needs 2 steps)")
         if not 1 <= self.k <= 7:
             raise SpecraceError(f"--k {self.k}: must be in 1..7")
+        if (self.k + 1) ** self.max_rows > 1 << 20:
+            raise SpecraceError(
+                f"--k {self.k} --max-rows {self.max_rows}: (k+1)^rows count tuples is too many"
+            )
         bad = [c for c in (*self.classes, *self.sync_classes) if c not in CLASSES]
         if bad or not self.classes or not self.sync_classes:
             raise SpecraceError(f"--classes {','.join(self.classes)}: known {','.join(CLASSES)}")
@@ -424,15 +429,6 @@ def _differs(value: int, true: np.ndarray, counts: np.ndarray, n_prev: int) -> n
 
 
 # -- the search -------------------------------------------------------------------------------
-
-
-@dataclass
-class Frontier:
-    """Buffer states reached by the interleavings of a schedule prefix: state -> [paths,
-    witness] where the witness is the first landing sequence (per step) that reached it, and
-    the counts chosen by the evaluator for a free step (or None)."""
-
-    states: dict[State, list] = field(default_factory=dict)
 
 
 @dataclass
