@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
@@ -201,7 +202,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # Subcommands that live in their own module of sim.cli: each ``register(sub)`` adds its parser
 # and sets ``func``.
-PLUGINS: tuple = (explore.register, risk.register, field_reports.register)
+PLUGINS: tuple = (
+    explore.register,
+    check_cli.register,
+    risk.register,
+    field_reports.register,
+)
 
 EXAMPLES = {
     "schedule": "python -m sim schedule --scenario minimal-race --out out/sched",

@@ -1,0 +1,98 @@
+"""``python -m sim check`` (every interleaving of small batches) and ``python -m sim shrink``
+(a wrong read of a run -> a minimal scripted scenario)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from sim.errors import SpecraceError
+
+
+def register(sub) -> None:
+    c = sub.add_parser(
+        "check", help="every schedule of up to R rows and S steps, every landing of the copy"
+    )
+    c.add_argument("--max-rows", type=int, default=4, help="max_num_seqs (default 4)")
+    c.add_argument("--steps", type=int, default=3, help="engine steps (default 3)")
+    c.add_argument("--k", type=int, default=3, help="num_speculative_tokens (default 3)")
+    c.add_argument("--policy", default="all", help="a policy, a comma list, async-off, or all")
+    c.add_argument(
+        "--classes", default="p,h,L", help="prompt classes of arrivals (p whole, h hit, L chunked)"
+    )
+    c.add_argument("--sync-classes", default="p", help="prompt classes for the async-off family")
+    c.add_argument("--json", action="store_true", help="print the JSON result")
+    c.add_argument("--out", default="", help="also write the JSON result to this file")
+    c.set_defaults(func=cmd_check)
+    s = sub.add_parser("shrink", help="a wrong read of a run -> a minimal scripted scenario TOML")
+    s.add_argument("run", help="a run directory (python -m sim run --out DIR, one policy)")
+    s.add_argument("--step", type=int, required=True, help="the step of the wrong read")
+    s.add_argument("--req", required=True, help="the request that read wrong")
+    s.add_argument("--out", default="", help="TOML path (default: RUN/shrunk-STEP-REQ.toml)")
+    s.set_defaults(func=cmd_shrink)
+
+
+def _classes(text: str, flag: str) -> tuple[str, ...]:
+    out = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not out:
+        raise SpecraceError(f"{flag} {text!r}: give at least one of p, h, L")
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from sim.explore.check import Space, all_policy_names, check, result_json, story
+    from sim.runs.io import write_json
+
+    names = all_policy_names() if args.policy == "all" else args.policy.split(",")
+    space = Space(
+        args.max_rows,
+        args.steps,
+        args.k,
+        _classes(args.classes, "--classes"),
+        _classes(args.sync_classes, "--sync-classes"),
+    )
+    print(
+        f"check max_rows={space.max_rows} steps={space.steps} k={space.k} "
+        f"classes={','.join(space.classes)} sync_classes={','.join(space.sync_classes)} "
+        f"policies={','.join(names)}"
+    )
+    t0 = time.perf_counter()
+    res = check(space, names)
+    elapsed = time.perf_counter() - t0
+    print(
+        f"schedules: async {res.schedules[True]}, async off {res.schedules[False]}; "
+        f"search nodes {res.nodes}, build_schedule runs {res.runs}, evaluations "
+        f"{res.evaluations}; {elapsed:.1f} s"
+    )
+    for name, p in res.policies.items():
+        if p.safe:
+            print(f"{name}: safe for all {p.interleavings} interleavings", end="")
+            print(f" ({p.repaired} CPU-wrong reads repaired on the GPU)" if p.repaired else "")
+            continue
+        total = p.interleavings + sum(p.failing.values())
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(p.failing.items()))
+        print(f"{name}: FAILS in {sum(p.failing.values())} of {total} interleavings ({fails})")
+        for kind, cx in sorted(p.minimal.items()):
+            rows, steps, ops = cx.key[:3]
+            print(f"  minimal {kind}: {rows} rows, {steps} steps, {ops} row ops")
+            for line in story(cx).splitlines():
+                print(f"    {line}")
+    doc = result_json(res)
+    if args.out:
+        write_json(Path(args.out), doc)
+        print(f"wrote {args.out}")
+    if args.json:
+        print(json.dumps(doc, sort_keys=True))
+    return 0
+
+
+def cmd_shrink(args: argparse.Namespace) -> int:
+    from sim.explore.shrink import shrink_run
+
+    out = Path(args.out) if args.out else Path(args.run) / f"shrunk-{args.step}-{args.req}.toml"
+    result = shrink_run(Path(args.run), args.step, args.req, out)
+    print(result.summary())
+    print(f"wrote {out}: rerun with python -m sim run --scenario {out} --policy {result.policy}")
+    return 0
