@@ -118,3 +118,14 @@ def test_installed_package_runs_from_any_folder(tmp_path: Path) -> None:
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert g.returncode == 0 and "72" in g.stdout, g.stderr
+
+
+def test_run_says_when_the_policy_contradicts_the_configuration(tmp_path: Path) -> None:
+    r = sim("run", "--scenario", "minimal-race", "--set", "engine.mamba_cache_mode=align",
+            "--policy", "synced-gather", "--out", str(tmp_path / "a"))  # fmt: skip
+    assert r.returncode == 0 and "note: --policy synced-gather contradicts" in r.stdout
+    assert "policy align" in r.stdout.splitlines()[-1]
+    r = sim("run", "--scenario", "minimal-race", "--set", "engine.async_scheduling=false",
+            "--out", str(tmp_path / "b"))  # fmt: skip
+    rows = [line.split()[0] for line in r.stdout.splitlines() if line.startswith(" ")]
+    assert r.returncode == 0 and rows == ["policy", "async-off"], r.stdout

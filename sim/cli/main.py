@@ -112,9 +112,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from sim.runs.run import run_policy, write_run
 
+    from sim.resolve.check import check_scenario_policy
+
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
     out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
+    note = check_scenario_policy(scenario.engine, args.policy)
+    if not scenario.engine.async_scheduling:
+        names = names[:1]  # every policy takes the synchronous path: one row (async-off)
     steps = len(sched.steps)
     with fresh_output_dir(out, args.force) as tmp:
         print_parameters(scenario, sched.seed)
@@ -134,8 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             write_json(tmp / "comparison.json", summaries)
     print_table(summaries)
-    if not scenario.engine.async_scheduling:
-        print("note: async scheduling is off: every policy takes vLLM's synchronous path")
+    if note:  # the chosen policy is not what this configuration's vLLM does
+        print(f"note: {note}")
     if args.json:
         last = summaries[0] if len(summaries) == 1 else {"policies": summaries}
         print(json.dumps(last, sort_keys=True))
@@ -176,9 +181,18 @@ def print_table(summaries: list[dict]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.sweep:
+        import json
+
+        from sim.explore.sweep import sweep_bench
+
+        rows = [sweep_bench(w, points=args.sweep, steps=args.steps) for w in (1, 2)]
+        for r in rows:
+            print(json.dumps(r, sort_keys=True))
+        return 0
     from sim.explore.bench import main as bench_main
 
-    return bench_main(args.steps)
+    return bench_main(args.steps, args.points, args.vector_steps, long_steps=args.long_steps)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -362,6 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
+    b.add_argument("--points", type=steps_arg, default=10_000, help="vector-tier timing points")
+    b.add_argument("--vector-steps", type=steps_arg, default=1_000, help="vector-tier steps")
+    b.add_argument("--long-steps", type=int, default=20_000,
+                   help="steps of the peak-memory runs (0: skip)")  # fmt: skip
+    b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
+                   help="instead: a sweep of POINTS points at 1 and 2 Dask workers")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")

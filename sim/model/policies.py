@@ -97,8 +97,7 @@ def gather_private_write_back(buf, private, prev_positions, num_reqs):
     gathers it in place through ``prev_positions`` (new rows 1) and writes the result back
     into the InputBatch buffer; with no previous mapping every row is 1
     (``_sync_num_accepted_tokens``)."""
-    pp = prev_positions[:num_reqs]
-    g = np.where(pp < 0, 1, private[np.maximum(pp, 0)]).astype(np.int64)
+    g = gather(private, prev_positions[:num_reqs]).astype(np.int64)  # rows, or (rows, points)
     private[:num_reqs] = g
     buf[:num_reqs] = g
     return g
