@@ -110,9 +110,8 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
 def cmd_run(args: argparse.Namespace) -> int:
     import json
 
-    from sim.runs.run import run_policy, write_run
-
     from sim.resolve.check import check_scenario_policy
+    from sim.runs.run import run_policy, write_run
 
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
     out = Path(args.out)

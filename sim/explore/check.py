@@ -74,7 +74,7 @@ from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
 from sim.model.schedule import StepRecord
 from sim.model.scheduling import build_schedule
 
-BIG = 1 << 40  # "never": an output length or a KV capacity no run reaches
+BIG = 10**7  # "never": an output length or a KV capacity no run reaches (MAX_TOKENS)
 WRITE_OPS = ("add", "move", "swap")
 # Prompt classes: (prompt_len, prefix_hit_tokens) as a function of the token budget.
 CLASSES = ("p", "h", "L")

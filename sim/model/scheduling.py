@@ -47,6 +47,9 @@ class _ReqStates:
         self.arrival_step = [r.arrival_step for r in requests]
         self.prompt_len = np.array([r.prompt_len for r in requests], dtype=np.int64)
         self.output_len = np.array([r.output_len for r in requests], dtype=np.int64)
+        # The values themselves, compared in Python where a request finishes: sim.explore.check
+        # passes int subclasses that record what the scheduler compares them with.
+        self.output_len_given = [r.output_len for r in requests]
         # req.accepted of every request back to back: request i's j-th speculative step
         # is accepted_flat[accepted_off[i] + j] while j < accepted_len[i], else 1.
         lens = [len(r.accepted) for r in requests]
@@ -140,12 +143,17 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
                 smp = live & done.samples
                 st.generated[i[smp]] += done.accepted[smp]
-            fin = smp & (st.generated[i] >= st.output_len[i]) & st.running[i]
-            if fin.any():
-                st.running[i[fin]] = False
-                gone = set(i[fin].tolist())
+            out = st.output_len_given
+            done_rows = [
+                r
+                for r, g in zip(i[smp].tolist(), st.generated[i[smp]].tolist(), strict=True)
+                if g >= out[r] and st.running[r]
+            ]
+            if done_rows:
+                st.running[done_rows] = False
+                gone = set(done_rows)
                 running = [r for r in running if r not in gone]
-                finished = [ids[r] for r in i[fin].tolist()]
+                finished = [ids[r] for r in done_rows]
 
         while next_arrival < len(ids) and st.arrival_step[next_arrival] <= step:
             r = requests[next_arrival]
