@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 
 BASE_STAMP := $(VENV)/.base-stamp
 
-.PHONY: demo test test-slow conformance calibrate-row-ops lint format golden bench clean
+.PHONY: demo test test-slow conformance conformance-all calibrate-row-ops lint format golden bench figures clean
 
 bench: $(BASE_STAMP)
 	$(BIN)/python -m sim bench
@@ -43,6 +43,15 @@ test-slow: $(STAMP)
 conformance:
 	bash tests/conformance/setup.sh
 	.cache/vllm-env/bin/python -m pytest -q --confcutdir=tests/conformance tests/conformance
+
+# sim.resolve's release facts against every modelled release 0.23.0-0.33.0 (AST over each
+# wheel's sources; downloads each wheel once, ~280 MB) -> data/conformance/releases.json.
+conformance-all: $(STAMP)
+	CACHE=$(CURDIR)/.cache PYTHON=$(BIN)/python bash tests/conformance/all_releases.sh
+
+# The README's pictures, from scratch (docs/images/; a few minutes on 2 cores).
+figures: $(STAMP)
+	PY=$(BIN)/python bash scripts/figures.sh
 
 # Time vLLM's real InputBatch row ops -> data/params/vllm-<V>-row-ops.{toml,csv}
 calibrate-row-ops:

@@ -1,7 +1,7 @@
 """Configuration -> code path, for every release, against an oracle written from the sources.
 
 The oracle below is a second, hand-written statement of what was read in the release wheels
-(NOTES-resolve.md): prefix caching is on by default for hybrid models from 0.28.0; prefix
+(docs/versions.md): prefix caching is on by default for hybrid models from 0.28.0; prefix
 caching on makes Qwen3.5/Qwen3-Next use mamba_cache_mode align; MRv2 is the default for
 them from 0.29.0; 0.23.0 and 0.24.0's MRv2 refuses align; async is on by default with MTP;
 0.23.0 has no #45100 guard. It shares no code with sim.resolve.
