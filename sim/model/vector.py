@@ -49,6 +49,7 @@ import pandas as pd
 from sim.errors import SpecraceError
 from sim.model.params import TimingParams
 from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.reads import READ_COLUMNS
 from sim.model.rng import (
     Actor,
     EngineSlot,
@@ -61,23 +62,7 @@ from sim.model.rng import (
 )
 from sim.model.schedule import Schedule, StepRecord
 
-READ_COLUMNS_POINTS = {
-    "point": "int32",
-    "step": "int64",
-    "req_id": "string",
-    "row": "int32",
-    "prev_row": "int32",
-    "prev_drafts": "int32",
-    "true_count": "int32",
-    "cpu_value": "int32",
-    "gpu_value": "int32",
-    "cpu_wrong": "bool",
-    "gpu_wrong": "bool",
-    "kind": "string",
-    "gdn_slot": "int32",
-    "prompt_state_lost": "bool",
-    "margin_ns": "int64",
-}  # sim.model.reads.READ_COLUMNS with the point index first
+READ_COLUMNS_POINTS = {"point": "int32", **READ_COLUMNS}  # reads.parquet with the point index
 KINDS = ("", "unlanded", "ownership", "double-permute")  # kind codes 0..3
 _UNLANDED, _OWNERSHIP, _DOUBLE = 1, 2, 3
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,14 +188,7 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=Path(__file__).resolve().parent,
-            timeout=10,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The commit of the code that ran (sim.version: the build's stamp, or git)."""
+    from sim.version import commit
+
+    return commit()
