@@ -99,3 +99,33 @@ def test_replay_at_model_timing_prose_matches_the_data() -> None:
     assert f"{same:,} of {compared:,} compared reads" in prose
     assert f"the model's {synced['differ_max_margin_us']:.0f} µs margin" in prose
     assert synced["hardware_only"] == 1 and "consumed 4 on the hardware" in prose
+
+
+def check_table() -> str:
+    """The README's `sim check` table, from the committed data/check/r4-s3-k3.json."""
+    import json
+
+    d = json.loads((ROOT / "data/check/r4-s3-k3.json").read_text())
+    lines = ["| policy | interleavings | verdict | smallest counterexample |", "|---|---:|---|---|"]
+    for name, p in d["policies"].items():
+        if p["safe"]:
+            verdict, smallest = "safe for all", ""
+        else:
+            verdict = "fails in " + ", ".join(f"{n:,} ({k})" for k, n in p["failing"].items())
+            smallest = "; ".join(
+                f"{k}: {c['rows']} rows, {c['steps']} steps, {c['ops']} ops"
+                for k, c in p["counterexamples"].items()
+            )
+        total = p["interleavings"] + sum(p["failing"].values())  # the JSON counts the safe ones
+        lines.append(f"| {name} | {total:,} | {verdict} | {smallest} |")
+    return "\n".join(lines)
+
+
+def test_check_table_matches_the_committed_check() -> None:
+    assert check_table() in README, "README is stale: paste tests/test_readme.py check_table()"
+
+
+def test_field_report_table_matches_the_committed_reports() -> None:
+    text = (ROOT / "data/field_reports/summary.md").read_text()
+    table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+    assert table in README, "README is stale: paste data/field_reports/summary.md's table"
