@@ -29,6 +29,7 @@ EXAMPLES = int(os.environ.get("SPECRACE_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
+    derandomize="SPECRACE_FUZZ_EXAMPLES" not in os.environ,  # make test: the same cases each run
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 

@@ -415,6 +415,14 @@ def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:
         if key not in names:
             raise SpecraceError(f"{origin}: unknown key {prefix}.{key}")
         kwargs[key] = _convert(hints[key], value, f"{prefix}.{key}", origin)
+    required = [
+        f.name
+        for f in fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [k for k in required if k not in kwargs]
+    if missing:
+        raise SpecraceError(f"{origin}: {prefix} is missing {', '.join(missing)}")
     return cls(**kwargs)
 
 
