@@ -34,6 +34,7 @@ demo: $(BASE_STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow"
 	$(MAKE) conformance
 

@@ -198,6 +198,7 @@ class Recorder:
     # -- input batch hooks ---------------------------------------------------------------------
     def _op(self, kind: str, a: int, b: int, req_id: str, t0: int, t1: int,
             before: bool, after: bool, group: int = -1) -> None:  # fmt: skip
+        assert self.cur is not None, "a row op outside a step"
         self.cur["ops"].append([kind, a, b, req_id, t0, t1, before, after, group])
 
     def _remove(self, orig):

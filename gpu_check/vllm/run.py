@@ -148,7 +148,7 @@ def build_llm(engine: EngineConfig, model_dir: Path) -> tuple[Any, dict[str, Any
     _allow_no_experts()
     t = time.time()
     llm = LLM(**engine.llm_kwargs(str(model_dir)))
-    info = {"init_s": round(time.time() - t, 1)}
+    info: dict[str, Any] = {"init_s": round(time.time() - t, 1)}
     runner = _runner(llm)
     with torch.no_grad():  # zero logits -> argmax 0 -> every draft accepted
         n_target = sum(p.zero_().numel() for p in runner.model.parameters())

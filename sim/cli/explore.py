@@ -60,7 +60,11 @@ def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for fmt in formats:
         path = out.with_suffix(f".{fmt}")
-        atomic_write(path, lambda tmp, fmt=fmt: save_figure(fig, tmp, fmt))
+
+        def write(tmp: Path, fmt: str = fmt) -> None:
+            save_figure(fig, tmp, fmt)
+
+        atomic_write(path, write)
         written.append(path)
     return written
 

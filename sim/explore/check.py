@@ -248,7 +248,11 @@ def _run(
         if hit is None:
             prompt, prefix = class_prompt(r.cls, root.budget)
             log: list[int] | None = [] if r.output_len is None else None
-            out = _Probe(BIG, log) if log is not None else r.output_len
+            if log is not None:
+                out: int = _Probe(BIG, log)
+            else:
+                assert r.output_len is not None
+                out = r.output_len
             hit = cache[key] = (ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted,
                                                 prefix), log)  # fmt: skip
         scripted.append(hit[0])
@@ -512,7 +516,7 @@ class Checker:
         for root in self.roots():
             pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
             init = (tuple([1] * self.space.max_rows), tuple([1] * self.space.max_rows))
-            frontiers = {p.name: {init: [1, [], None]} for p in pols}
+            frontiers: dict[str, dict[tuple, list]] = {p.name: {init: [1, [], None]} for p in pols}
             self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0)
         return CheckResult(
             self.space,

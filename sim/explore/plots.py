@@ -9,6 +9,7 @@ Every rate is drawn with its 95 % Wilson interval and its count.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,7 +97,7 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
                     markerfacecolor="none", markeredgecolor=color, alpha=0.9)  # fmt: skip
             if ax is axes[1]:
                 name = f"{policy}: {int(k.sum()):,} consumed wrong"
-                ls = "none" if swarm else st["linestyle"]
+                ls: Any = "none" if swarm else st["linestyle"]
                 handles.append(
                     Line2D([], [], color=color, marker=st["marker"], linestyle=ls, label=name)
                 )
@@ -145,8 +146,8 @@ def phase_diagram(
     ylabel, ys = param_axis(y, np.asarray(yv))
     positive = rates.loc[rates[what] > 0, f"{what}_rate"] * PER
     norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if len(positive) else None
-    if norm is not None and norm.vmin == norm.vmax:
-        norm = LogNorm(vmin=norm.vmin / 2, vmax=norm.vmax * 2)
+    if norm is not None and norm.vmin == norm.vmax and norm.vmin is not None:
+        norm = LogNorm(vmin=norm.vmin / 2, vmax=norm.vmin * 2)
     ncols = 2 if len(policies) == 4 else min(len(policies), 3)
     nrows = -(-len(policies) // ncols)
     panel_w, panel_h = 1.15 * len(xv) + 0.9, 0.62 * len(yv) + 1.0
@@ -189,6 +190,7 @@ def phase_diagram(
         ax.set_ylabel(ylabel)
     if image is not None:
         cb = fig.colorbar(image, ax=axes.ravel().tolist(), label=f"per {PER:,} reads", shrink=0.8)
+        assert norm is not None and norm.vmin is not None and norm.vmax is not None
         ticks = [
             m * 10.0**e
             for e in range(-4, 6)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,15 @@ REALIZE_TIMING = {
 }
 
 
+def _accept_one_at(j: int, r: ScriptedRequest) -> ScriptedRequest:
+    """The request with its j-th speculative step accepting nothing (count 1)."""
+    if j >= len(r.accepted):
+        return r
+    return replace(r, accepted=r.accepted[:j] + (1,) + r.accepted[j + 1 :])
+
+
 def deterministic(timing: TimingParams) -> TimingParams:
-    return replace(timing, **REALIZE_TIMING)
+    return replace(timing, **REALIZE_TIMING)  # type: ignore[arg-type]  # floats and ints by key
 
 
 def model_landing(model: Model, step: int) -> int:
@@ -150,6 +158,7 @@ def find_hazard(
             for state, wit in frontier.items():
                 o = evaluate(pol, state, cur.ops, None, cur.prev_positions,
                              cur.prev_num_draft_tokens, cur.num_reqs, 0)  # fmt: skip
+                assert o.state is not None
                 nxt.setdefault(o.state, wit)
             frontier = nxt
             continue
@@ -238,9 +247,9 @@ def scripted_from_schedule(schedule: Schedule, upto: int) -> tuple[ScriptedReque
     step as the schedule recorded it (clipped to its drafts, as ``accepted_at`` does)."""
     acc: dict[str, list[int]] = {}
     for rec in schedule.steps[: upto + 1]:
-        for i, r in enumerate(rec.req_ids):
+        for i, rid in enumerate(rec.req_ids):
             if rec.drafts[i] > 0:
-                acc.setdefault(r, []).append(int(rec.accepted[i]))
+                acc.setdefault(rid, []).append(int(rec.accepted[i]))
     out = []
     for r in schedule.requests:
         if r["arrival_step"] > upto:
@@ -409,10 +418,9 @@ class Shrinker:
             lambda r: replace(r, arrival_step=max(0, r.arrival_step - 1)),
         ]
         edits += [
-            (lambda r, j=j: replace(r, accepted=r.accepted[:j] + (1,) + r.accepted[j + 1 :])
-             if j < len(r.accepted) else r)
+            partial(_accept_one_at, j)
             for j in range(max((len(r.accepted) for r in reqs), default=0))
-        ]  # fmt: skip
+        ]
         for i in range(len(reqs)):
             for edit in edits:
                 t = edit(reqs[i])

@@ -152,7 +152,8 @@ class StepDraws:
         self.n_steps = n_steps
         self.extra = None if extra_slots is None else np.asarray(extra_slots, dtype=np.int64)
         self._blocks: dict[int, list[list[float]]] = {}
-        self._lo, self._cur = -self.BLOCK, []
+        self._lo = -self.BLOCK
+        self._cur: list[list[float]] = []
 
     def get(self, step: int) -> list[float]:
         i = step - self._lo

@@ -319,14 +319,14 @@ def _schedule_step(
         if not st.preempted[i]:
             new_ids.append(st.req_ids[i])
         st.preempted[i] = False
-        nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
-        if nc < tgt:
-            tokens = min(tgt - nc, budget)
-            item = (0, tokens, nc + tokens >= tgt)
+        nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
+        item: tuple[int, int, bool]
+        if nc_i < tgt_i:
+            tokens_i = min(tgt_i - nc_i, budget)
+            item = (0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
-            drafts = min(k, budget - 1)
-            tokens = 1 + drafts
-            item = (drafts, tokens, True)
+            nd = min(k, budget - 1)
+            item = (nd, 1 + nd, True)
         one = np.array([i], dtype=np.int64)
         drafts_a = np.array([item[0]], dtype=np.int64)
         parts.append(

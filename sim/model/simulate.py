@@ -132,7 +132,7 @@ class Model:
         row: int = -1,
         value: int = -1,
         req_id: str = "",
-        start: int | None = None,
+        start: float | None = None,
     ) -> None:
         """One trace row; with ``start`` it is a span from ``start`` to now."""
         if self.trace_rows is not None:
@@ -156,7 +156,11 @@ class Model:
 
     def _after(self, delay_ns: int, target: simpy.Event) -> None:
         """Succeed ``target`` ``delay_ns`` from now (a message in flight)."""
-        self.env.timeout(delay_ns).callbacks.append(lambda _e: target.succeed())
+
+        def fire(_e: simpy.Event) -> None:
+            target.succeed()
+
+        self.env.timeout(delay_ns).callbacks.append(fire)
 
     # -- engine core -----------------------------------------------------------------
     def engine_core(self):
@@ -238,7 +242,7 @@ class Model:
         start = self.env.now
         yield self.num_accepted_tokens_event.synchronize()
         yield self.env.timeout(self.t.worker_event_sync_ns)
-        self.timing[step].wait_ns += self.env.now - start
+        self.timing[step].wait_ns += int(self.env.now - start)
         self.log("worker_cpu", "num_accepted_tokens_event.synchronize", step, start=start)
 
     def _update_states(self, step: int, rec, tim: StepTiming):
@@ -259,7 +263,7 @@ class Model:
             t0 = env.now
             yield env.timeout(j(step, WorkerSlot.OP_BASE + i, dur[op.kind]))
             apply_op(self.buf, op, i, None)
-            tim.op_write_ns.append(env.now)
+            tim.op_write_ns.append(int(env.now))
             tim.op_is_write.append(op.kind in WRITE_OPS)
             row = op.b if op.kind == "move" else op.a
             self.log("worker_cpu", op.kind, step, row, int(self.buf[row]), op.req_id, start=t0)
@@ -275,7 +279,7 @@ class Model:
         self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
-        tim.read_ns = self.env.now
+        tim.read_ns = int(self.env.now)
         tim.cpu_counts = self.policy.cpu_read(
             self.buf, self.private, rec.prev_positions, rec.num_reqs
         )
@@ -308,7 +312,12 @@ class Model:
         out = self.output_copy_stream.enqueue(
             "output_d2h", step, jg(step, G.OUTPUT_D2H, t.dma_land_delay_ns), wait_for=drafter.done
         )
-        out.done.callbacks.append(lambda _e: self.output_on_cpu[step].succeed())
+        on_cpu = self.output_on_cpu[step]
+
+        def output_on_cpu(_e: simpy.Event) -> None:
+            on_cpu.succeed()
+
+        out.done.callbacks.append(output_on_cpu)
         ipc_ns = self.jit_engine(step, EngineSlot.OUTPUT_IPC, t.engine_output_ipc_ns)
         out.done.callbacks.append(lambda _e: self._after(ipc_ns, self.output_at_engine[step]))
 

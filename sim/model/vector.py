@@ -42,6 +42,7 @@ import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,6 +81,9 @@ class _Means:
                 dtype = np.float64 if any(isinstance(v, float) for v in vals) else np.int64
                 setattr(self, f.name, np.asarray(vals, dtype=dtype))
         self.uniform_frac = not isinstance(self.jitter_frac, np.ndarray)
+
+    def __getattr__(self, name: str) -> Any:  # the fields set in __init__, for the type checker
+        raise AttributeError(name)
 
     def check(self) -> None:
         """TimingParams.check over every point at once (the rules the tiers rely on: no
@@ -240,12 +244,12 @@ def simulate_points(
         # -- _update_states: the row ops, with step N-1's DMA landing among them -----------
         pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
         prev_rec = recent[-2] if n > 0 else None
-        prev_acc = prev_rec.accepted.astype(np.int8) if n > 0 else None
+        prev_acc = prev_rec.accepted.astype(np.int8) if prev_rec is not None else None
         writes: list[np.ndarray] = []  # write times of the writing ops, in order
         any_pending = n > 0
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
         cached_done = False
-        op_times = [] if keep_timing else None
+        op_times: list[np.ndarray] | None = [] if keep_timing else None
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_done:
                 w = w + m.jit(
@@ -322,6 +326,9 @@ def simulate_points(
         fwd_last = fwd_start
         wait_sum = wait_sum + wait
         if keep_timing:
+            assert res.land_ns is not None and res.read_ns is not None
+            assert res.forward_start_ns is not None and res.wait_ns is not None
+            assert res.op_write_ns is not None
             res.land_ns[n] = land
             res.read_ns[n] = read
             res.forward_start_ns[n] = fwd_start

@@ -304,7 +304,7 @@ def assess(
     scenario = build_scenario(res, overrides)
     if res.policy == "no-spec":
         return RiskReport(setup, res, scenario, None, (), source)
-    cache: dict[tuple[str, bool], RateEstimate] = {}
+    cache: dict[tuple[str, bool, bool], RateEstimate] = {}
 
     def estimate(r: Resolution) -> RateEstimate:
         key = (r.policy, r.async_scheduling, r.prefix_caching)
@@ -325,13 +325,13 @@ def assess(
             out.append(Mitigation(name, change, False, f"no effect, same path: {r.path}",
                                   r.path))  # fmt: skip
             continue
-        e = estimate(r)
+        est = estimate(r)
         caveats = [*r.notes, *_caveats(alt, r, res, overrides)]
         out.append(
             Mitigation(
-                name, change, True, "; ".join(caveats), r.path, e,
-                step_time_pct=_pct(e.mean_step_ns, base.mean_step_ns),
-                tokens_per_s_pct=_pct(e.tokens_per_s, base.tokens_per_s),
+                name, change, True, "; ".join(caveats), r.path, est,
+                step_time_pct=_pct(est.mean_step_ns, base.mean_step_ns),
+                tokens_per_s_pct=_pct(est.tokens_per_s, base.tokens_per_s),
             )
         )  # fmt: skip
     out.sort(key=_rank)
