@@ -1,8 +1,17 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from sim.model.params import Scenario, load_scenario
+
+# CI draws the same examples every run (a property test that fails there fails again when
+# rerun); locally each run explores new ones. Explicit per-test settings still apply on top.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")
