@@ -129,3 +129,22 @@ def test_field_report_table_matches_the_committed_reports() -> None:
     text = (ROOT / "data/field_reports/summary.md").read_text()
     table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
     assert table in README, "README is stale: paste data/field_reports/summary.md's table"
+
+
+def test_risk_example_matches_the_command() -> None:
+    """The README's risk block: resolution, rules, rate and interval as the command prints them."""
+    out = command_output(
+        "sim", "risk", "--vllm", "0.27.1", "--model", "qwen3.5-27b", "--spec", "mtp:3",
+        "--no-mitigations",
+    )  # fmt: skip
+    lines = out.strip().splitlines()
+    head = "\n".join(lines[: lines.index(next(x for x in lines if x.startswith("exposure")))])
+    assert head in README, "README is stale: rerun the risk example"
+
+
+def test_vllm_table_matches_the_committed_runs() -> None:
+    """The README's real-vLLM table is data/vllm/README.md's, which its own test holds to
+    data/vllm/results.csv."""
+    text = (ROOT / "data/vllm/README.md").read_text()
+    table = re.search(r"^\| vLLM \| run \|.*?(?=\n\n)", text, re.M | re.S)
+    assert table and table.group(0) in README

@@ -247,41 +247,38 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         return text
 
 
-def steps_arg(text: str) -> int:
-    """``--steps``: a positive number of engine steps."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 1 <= value <= MAX_STEPS:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_STEPS:,}, got {value}")
-    return value
+def _int_in(lo: int, hi: int, shown: str):
+    """An argparse type: an integer in ``lo..hi`` (``shown`` is how the range reads)."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
+        return value
 
-def seed_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be in 0..2^63-1, got {value}")
-    return value
+    return parse
 
 
 MAX_STEPS = 10_000_000
+steps_arg = _int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")  # --steps: engine steps
+seed_arg = _int_in(0, 2**63 - 1, "0..2^63-1")  # --seed
 
 
 def cmd_params(args: argparse.Namespace) -> int:
     import json
 
     from sim.model.param_docs import DOCS
-    from sim.model.params import parameter_keys
+    from sim.model.params import parameter_defaults, parameter_keys
 
     scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
+    defaults = parameter_defaults()
     rows = []
     for key in parameter_keys():
         section, name = key.split(".")
-        default = scenario[section][name] if scenario else parameter_defaults_cached()[key]
+        default = scenario[section][name] if scenario else defaults[key]
         doc = DOCS[key]
         rows.append({"key": key, "unit": doc.unit, "value": _show(default),
                      "meaning": doc.meaning, "source": doc.source})  # fmt: skip
@@ -294,12 +291,6 @@ def cmd_params(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<14} {r['meaning']} [{r['source']}]")
     return 0
-
-
-def parameter_defaults_cached() -> dict:
-    from sim.model.params import parameter_defaults
-
-    return parameter_defaults()
 
 
 def _show(value) -> str:

@@ -24,6 +24,12 @@ step N+1 layout, so a gather would permute twice); ``private-buffer`` and
 ``mrv2`` is model runner V2, where no CPU buffer holds the counts; ``ascend-main`` and
 ``ascend-13865`` are vllm-ascend's NPU runner without and with its own fix (#13865).
 
+Where the tiers simplify: the SimPy and vector tiers land step N's counts in both the pinned
+buffer and the private one whatever the policy (#51599 writes only the private one); no policy
+reads the buffer it does not own, so no verdict depends on it, but the trace's logged values of
+the pinned buffer under ``private-buffer`` show a DMA vLLM would not do. The hardware replay
+copies into the policy's own target (:attr:`Policy.dma_into_private`).
+
 With async scheduling off every policy takes vLLM's synchronous path (:data:`SYNC_SCHEDULING`):
 ``sample_tokens`` blocks, so the D2H landed before ``_update_states``.
 """

@@ -46,10 +46,9 @@ class _ReqStates:
         self.req_ids = [r.req_id for r in requests]
         self.arrival_step = [r.arrival_step for r in requests]
         self.prompt_len = np.array([r.prompt_len for r in requests], dtype=np.int64)
-        self.output_len = np.array([r.output_len for r in requests], dtype=np.int64)
-        # The values themselves, compared in Python where a request finishes: sim.explore.check
-        # passes int subclasses that record what the scheduler compares them with.
-        self.output_len_given = [r.output_len for r in requests]
+        # The values themselves (not an array), compared in Python where a request finishes:
+        # sim.explore.check passes int subclasses that record what the scheduler compares.
+        self.output_len = [r.output_len for r in requests]
         # req.accepted of every request back to back: request i's j-th speculative step
         # is accepted_flat[accepted_off[i] + j] while j < accepted_len[i], else 1.
         lens = [len(r.accepted) for r in requests]
@@ -143,7 +142,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
                 smp = live & done.samples
                 st.generated[i[smp]] += done.accepted[smp]
-            out = st.output_len_given
+            out = st.output_len
             done_rows = [
                 r
                 for r, g in zip(i[smp].tolist(), st.generated[i[smp]].tolist(), strict=True)
