@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
     v.add_argument("--arrival-every", type=_positive, default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
+    v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
+    v.add_argument(
+        "--runner", choices=("v1", "v2"), default="v1",
+        help="v1: VLLM_USE_V2_MODEL_RUNNER=0 (the racy runner); v2: =1 (MRv2)",
+    )  # fmt: skip
     v.add_argument("--out", required=True)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the folder scripts/vllm_inputs.sh built (carried as .vllmcarry):
 #   cd .vllmcarry && MODES=align,none CONFIGS=16:0,64:0 bash run.sh
+#   TAG names the results (default the version); RUN_ARGS adds vllm-run options (--runner v2)
 # Runs `python -m gpu_check vllm-run` with this folder's code, then exports every raw record
 # and packs results into $OUT (8 files at most come back: the raw records travel as one tar).
 set -o pipefail
 export PYTHONUNBUFFERED=1
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-res="${RES:-/tmp/specrace-vllm-${VLLM_VERSION:-newest}}"; mkdir -p "$res"
+tag="${TAG:-${VLLM_VERSION:-newest}}"  # names this call's results (two runs of one release)
+res="${RES:-/tmp/specrace-vllm-$tag}"; mkdir -p "$res"
 export PYTHONPATH="$here/src${PYTHONPATH:+:$PYTHONPATH}"
 export SPECRACE_COMMIT="$(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/specrace-triton}" VLLM_CACHE_ROOT=/tmp/specrace-vcache
@@ -24,8 +26,8 @@ for raw in "$res"/raw_*.json; do
     name="$(basename "$raw" .json)"; name="${name#raw_}"
     python3 -m gpu_check vllm-export "$raw" --out "$res/$name" > /dev/null || echo "export $name failed"
 done
-cp "$res/summary.json" "$OUT/summary_${VLLM_VERSION:-newest}.json" 2>/dev/null
-tar -C "$res" -czf "$OUT/results_${VLLM_VERSION:-newest}.tgz" .
+cp "$res/summary.json" "$OUT/summary_$tag.json" 2>/dev/null
+tar -C "$res" -czf "$OUT/results_$tag.tgz" .
 if [[ -n "${SAVE_TRITON:-}" ]]; then tar -C "$TRITON_CACHE_DIR" -czf "$OUT/triton_cache.tgz" .; fi
 ls -la "$OUT"
 exit $rc

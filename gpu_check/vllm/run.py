@@ -14,6 +14,7 @@ Engine set-up that is not vLLM's default, and why:
   the hooks can reach the runner. The order of ``schedule``/``execute_model``/``sample_tokens``
   is the same as with the multiprocess engine; the IPC latencies are absent;
 - ``VLLM_USE_V2_MODEL_RUNNER=0``: the V1 runner, where the race lives (docs/versions.md);
+  ``--runner v2`` sets it to 1 instead, and MRv2 is recorded by ``instrument_v2``;
 - ``enforce_eager``: no CUDA graphs or torch.compile (a cold compile would not fit a session);
 - Qwen3-Next's model class insists on at least one MoE layer; ``_allow_no_experts`` lets its
   ``set_moe_parameters`` accept zero, since the tiny model has dense MLPs only.
@@ -112,6 +113,11 @@ def _runner(llm: Any) -> Any:
     return core.model_executor.driver_worker.worker.model_runner
 
 
+def _drafter(runner: Any) -> Any:
+    """MRv1 calls the MTP proposer ``drafter``, MRv2 ``speculator``."""
+    return getattr(runner, "drafter", None) or runner.speculator
+
+
 def _scheduler(llm: Any) -> Any:
     return llm.llm_engine.engine_core.engine_core.scheduler
 
@@ -134,7 +140,7 @@ def _resolved(runner: Any) -> dict[str, Any]:
         "async_scheduling": safe(lambda: vc.scheduler_config.async_scheduling),
         "use_async_spec_decode": safe(lambda: runner.use_async_spec_decode),
         "num_spec_tokens": safe(lambda: runner.num_spec_tokens),
-        "drafter": safe(lambda: type(runner.drafter).__name__),
+        "drafter": safe(lambda: type(_drafter(runner)).__name__),
         "target_model": safe(lambda: type(runner.model).__name__),
         "max_concurrent_batches": safe(lambda: vc.max_concurrent_batches),
         "max_num_reqs": safe(lambda: runner.max_num_reqs),
@@ -150,9 +156,10 @@ def build_llm(engine: EngineConfig, model_dir: Path) -> tuple[Any, dict[str, Any
     llm = LLM(**engine.llm_kwargs(str(model_dir)))
     info: dict[str, Any] = {"init_s": round(time.time() - t, 1)}
     runner = _runner(llm)
+    drafter = _drafter(runner)
     with torch.no_grad():  # zero logits -> argmax 0 -> every draft accepted
         n_target = sum(p.zero_().numel() for p in runner.model.parameters())
-        n_drafter = sum(p.zero_().numel() for p in runner.drafter.model.parameters())
+        n_drafter = sum(p.zero_().numel() for p in drafter.model.parameters())
     torch.cuda.synchronize()
     info["zeroed_params"] = {"target": n_target, "drafter": n_drafter}
     info["resolved"] = _resolved(runner)
@@ -207,8 +214,12 @@ def run_config(
     repeat_baseline: bool = False,
 ) -> dict:
     from gpu_check.vllm.instrument import Recorder
+    from gpu_check.vllm.instrument_v2 import RecorderV2, is_v2_runner
 
     runner = _runner(llm)
+    v2 = is_v2_runner(runner)
+    if v2:
+        Recorder = RecorderV2  # type: ignore[assignment,misc]  # noqa: N806
     _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
     reqs = workload(cfg)
     result: dict[str, Any] = {"config": cfg.to_dict()}
@@ -241,11 +252,12 @@ def run_config(
         }
     raw = {
         "schema": "specrace.vllm_raw",
+        "runner": "v2" if v2 else "v1",
         "mode": mode,
         "vllm_version": version,
         "config": cfg.to_dict(),
         "max_num_batched_tokens": int(runner.scheduler_config.max_num_batched_tokens),
-        "num_speculative_tokens": int(runner.num_spec_tokens),
+        "num_speculative_tokens": int(runner.vllm_config.speculative_config.num_speculative_tokens),
         "max_num_reqs": int(runner.max_num_reqs),
         "sleep_ns_per_cycle": ns_per_cycle,
         "requests": [
@@ -302,6 +314,7 @@ def run(
     write_model_dir(MODEL_DIR)
     capacity = max(c.max_num_seqs for configs in plan.values() for c in configs)
     summary: dict[str, Any] = {"environment": environment(), "vllm_version": version,
+                               "runner_env": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""),
                                "modes": {}, "errors": []}  # fmt: skip
     ns_per_cycle = calibrate_sleep()
     summary["sleep_ns_per_cycle"] = ns_per_cycle
@@ -361,7 +374,9 @@ def main_run(args: Any) -> int:
         seed=args.seed,
         arrivals=args.arrivals,
         arrival_every=args.arrival_every,
+        baseline=not args.no_baseline,
     )
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     try:
         plan = parse_plan(args.modes, args.configs, base)
     except ValueError as e:
