@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the folder scripts/vllm_inputs.sh built (carried as .vllmcarry):
 #   cd .vllmcarry && MODES=align,none CONFIGS=16:0,64:0 bash run.sh
-#   TAG names the results (default the version); RUN_ARGS adds vllm-run options (--runner v2)
+#   RUN_TIMEOUT bounds vllm-run (s, default 590); TAG names the results (default the version); RUN_ARGS adds vllm-run options (--runner v2)
 # Runs `python -m gpu_check vllm-run` with this folder's code, then exports every raw record
 # and packs results into $OUT (8 files at most come back: the raw records travel as one tar).
 set -o pipefail
@@ -16,7 +16,7 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/specrace-triton}" VLLM_CACHE_R
 if [[ -f "$here/triton_cache.tgz" ]]; then mkdir -p "$TRITON_CACHE_DIR"; tar -C "$TRITON_CACHE_DIR" -xzf "$here/triton_cache.tgz"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$(date +%s)
-python3 -m gpu_check vllm-run --carry "$here" --modes "${MODES:-align,none}" --vllm-version "${VLLM_VERSION:-}" \
+timeout -k 10 "${RUN_TIMEOUT:-590}" python3 -m gpu_check vllm-run --carry "$here" --modes "${MODES:-align,none}" --vllm-version "${VLLM_VERSION:-}" \
     --configs "${CONFIGS:-16:0,64:0}" --num-requests "${NREQ:-192}" --out "$res" ${RUN_ARGS:-} \
     2>&1 | grep -v "jit_monitor\|interface.py:358" | tee "$res/run.log"
 rc=${PIPESTATUS[0]}
