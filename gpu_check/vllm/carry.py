@@ -102,6 +102,7 @@ FLASH_ATTN_OLD = "if not (FA2_AVAILABLE or FA3_AVAILABLE):"
 FLASH_ATTN_NEW = "if False:  # specrace: .so files not carried, only the import is needed"
 
 C_SHIM_FILE = "vllm/_C_stable_libtorch.py"
+C_OLD_SHIM_FILE = "vllm/_C.py"
 C_SHIM = (
     '"""specrace: stand-in for the compiled extension (see gpu_check/vllm/c_ops.py)."""\n'
     "from gpu_check.vllm.c_ops import register\n\nregister()\n"
@@ -110,6 +111,7 @@ C_SHIM = (
 CHANGES = {
     FLASH_ATTN_FILE: "import no longer raises when the flash-attention .so files are absent",
     C_SHIM_FILE: "new file: registers gpu_check.vllm.c_ops instead of the compiled extension",
+    C_OLD_SHIM_FILE: "new file (0.23.0 imports vllm._C too): the same stand-in",
 }
 
 
@@ -178,3 +180,6 @@ def apply_changes(tree: Path) -> None:
     fa.write_text(text.replace(FLASH_ATTN_OLD, FLASH_ATTN_NEW))
     if not (tree / "vllm" / "_C_stable_libtorch.abi3.so").exists():
         (tree / C_SHIM_FILE).write_text(C_SHIM)
+    # 0.23.0's platforms/cuda.py also imports the older extension vllm._C: the same stand-in
+    if not (tree / "vllm" / "_C.abi3.so").exists():
+        (tree / C_OLD_SHIM_FILE).write_text(C_SHIM)

@@ -123,7 +123,8 @@ class RunConfig:
     @property
     def name(self) -> str:
         tail = "" if self.arrivals == "all-at-start" else f"_stag{self.arrival_every}"
-        return self.label or f"s{self.max_num_seqs}_d{self.gpu_delay_us // 1000}ms{tail}"
+        ms = self.gpu_delay_us / 1000  # 13500 us -> d13.5ms (names must differ per config)
+        return self.label or f"s{self.max_num_seqs}_d{ms:g}ms{tail}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -174,7 +174,11 @@ def drive(llm: Any, requests: list[dict[str, Any]], tag: str) -> dict[str, Any]:
     engine = llm.llm_engine
     pending = sorted(requests, key=lambda r: (r["arrival_step"], r["req_index"]))
     step, tokens, t = 0, 0, time.perf_counter()
+    # a bound, so a wedged engine ends the pass instead of the session's device time
+    limit = 4 * (sum(r["max_tokens"] for r in requests) + max(r["arrival_step"] for r in requests))
     while pending or engine.has_unfinished_requests():
+        if step > limit:
+            raise RuntimeError(f"{tag}: {step} engine steps and requests still unfinished")
         while pending and pending[0]["arrival_step"] <= step:
             r = pending.pop(0)
             sp = SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True,
@@ -345,8 +349,9 @@ def run(
                 summary["errors"].append(
                     {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}
                 )
-                log(f"{mode} {cfg.name}: failed: {e!r}")
-                continue
+                log(f"{mode} {cfg.name}: failed: {e!r}; the rest of {mode} skipped")
+                _dump(summary, out)
+                break  # the engine may hold the failed pass's requests: not a clean start
             entry["configs"].append(res)
             log(
                 f"{mode} {cfg.name}:",
