@@ -62,7 +62,7 @@ rm -f "$dest"/whl/*.whl
     httpx2==2.16.2 httpcore2==2.16.2 jiter==0.19.0 sniffio==1.3.1 truststore==0.10.5 \
     idna==3.20 openai-harmony==0.0.8 partial-json-parser==0.2.1.1.post7 pybase64==1.5.1 \
     pydantic==2.14.4 pydantic-core==2.50.5 pyzmq==27.3.0 typing-inspection==0.4.5 \
-    typing_extensions==4.16.0 simpy==4.1.2
+    typing_extensions==4.16.0 simpy==4.1.2 gguf==0.19.0  # gguf: 0.23.0 imports it at load
 
 # 3. stubs and this checkout's code
 rm -rf "$dest/stubs" "$dest/src"

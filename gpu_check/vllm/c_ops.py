@@ -10,6 +10,10 @@ unconditionally; on the GPU machine ``carry.prepare`` puts a two-line module
   CUDA kernels; the same maths): ``silu_and_mul``, ``rms_norm``, ``fused_add_rms_norm``;
 - capability queries that vLLM asks at import time, all answering "not supported", which keeps
   every quantized and CUTLASS path off;
+- ``get_cuda_view_from_cpu_tensor``, which MRv2's ``UvaBuffer`` uses: a CUDA tensor over the
+  pinned host memory of a CPU tensor (Unified Virtual Addressing: on a 64-bit CUDA host the
+  device address of ``cudaHostAlloc`` memory is its host address), made by handing that pointer
+  to ``torch.as_tensor`` through ``__cuda_array_interface__``; zero-copy, as the kernel's view;
 - ops that vLLM's compilation passes only *name* at import time (``torch.ops._C.x.default``
   in pattern tables); calling one raises ``NotImplementedError`` naming it.
 
@@ -81,6 +85,44 @@ def fused_add_rms_norm(
     x.copy_(_normalize(total, weight, eps))
 
 
+_TYPESTR = {
+    torch.int8: "|i1",
+    torch.uint8: "|u1",
+    torch.int16: "<i2",
+    torch.int32: "<i4",
+    torch.int64: "<i8",
+    torch.float32: "<f4",
+    torch.float64: "<f8",
+    torch.bool: "|b1",
+}
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+class _HostPointer:
+    """A CPU tensor's pinned memory described as CUDA memory (``__cuda_array_interface__`` v3)."""
+
+    def __init__(self, t: torch.Tensor, typestr: str) -> None:
+        size = t.element_size()
+        self.__cuda_array_interface__ = {
+            "shape": tuple(t.shape),
+            "strides": tuple(st * size for st in t.stride()),
+            "typestr": typestr,
+            "data": (t.data_ptr(), False),
+            "version": 3,
+        }
+
+
+def get_cuda_view_from_cpu_tensor(cpu_tensor: torch.Tensor) -> torch.Tensor:
+    CALLS["get_cuda_view_from_cpu_tensor"] += 1
+    if not cpu_tensor.is_pinned():
+        raise ValueError("get_cuda_view_from_cpu_tensor: the CPU tensor must be pinned")
+    dtype = cpu_tensor.dtype
+    if dtype in _TYPESTR:
+        return torch.as_tensor(_HostPointer(cpu_tensor, _TYPESTR[dtype]), device="cuda")
+    as_int = cpu_tensor.view(_SAME_SIZE_INT[cpu_tensor.element_size()])  # bf16, fp16, ...
+    return torch.as_tensor(_HostPointer(as_int, _TYPESTR[as_int.dtype]), device="cuda").view(dtype)
+
+
 _LIB: torch.library.Library | None = None
 
 
@@ -102,6 +144,10 @@ def register() -> torch.library.Library:
             fused_add_rms_norm,
         ),
     }
+    schemas["get_cuda_view_from_cpu_tensor"] = (
+        "get_cuda_view_from_cpu_tensor(Tensor cpu_tensor) -> Tensor",
+        get_cuda_view_from_cpu_tensor,
+    )
     for name, (schema, fn) in schemas.items():
         lib.define(schema)
         lib.impl(name, fn, "CompositeExplicitAutograd")

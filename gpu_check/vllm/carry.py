@@ -149,13 +149,14 @@ def prepare(carry: Path, work: Path = Path("/tmp/specrace-vllm"), version: str |
     archive = find_zip(carry, version)
     site, tree = work / "site", work / archive.stem
     wheels = sorted(glob.glob(str(carry / "whl" / "*.whl")))
-    if wheels and not (site / ".done").exists():
+    done = "\n".join(Path(w).name for w in wheels) + "\n"  # a new wheel list installs again
+    if wheels and not ((site / ".done").is_file() and (site / ".done").read_text() == done):
         flags = ["-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade"]
         cmd = [sys.executable, "-m", "pip", "install", *flags, "--target", str(site), *wheels]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode != 0:
             raise CarryError(f"pip install of the carried wheels failed: {res.stderr[-400:]}")
-        (site / ".done").write_text("ok\n")
+        (site / ".done").write_text(done)
     if not (tree / ".done").exists():
         with zipfile.ZipFile(archive) as z:
             z.extractall(tree)
