@@ -127,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("vllm-compare", help="sim's prediction of every read of an exported run")
     a.add_argument("dir", help="a folder written by vllm-export")
     a.add_argument("--json", action="store_true")
+    a.add_argument(
+        "--markdown", action="store_true",
+        help="a tree: the per-release table, then the per-configuration one (README's)",
+    )  # fmt: skip
     return p
 
 
@@ -308,7 +312,11 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
         rows = _vllm_input(lambda: results(folder)[0])
-        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:15])
+        if args.markdown:
+            from gpu_check.vllm.tables import configs_markdown, summary_markdown
+
+            return summary_markdown(rows) + "\n" + configs_markdown(rows)
+        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:16])
     report = _vllm_input(compare_dir, folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 

@@ -8,11 +8,17 @@ buffer with step N's counts landing where they were seen to land, and the :class
 the configuration says when the worker waits, what the CPU builds from the buffer
 (:meth:`Policy.cpu_read`) and what the GDN kernel consumes (:meth:`Policy.gpu_consumed`):
 
-- ``mamba_cache_mode="align"`` -> policy ``align`` (gather after the wait; GDN uses the CPU value);
-- ``"none"`` on vLLM >= 0.24.0 -> ``device-authoritative`` (#45100: fill 1, correction kernel).
+The policy is the one ``sim.resolve`` assigns the run's configuration (release, runner,
+``mamba_cache_mode``, prefix caching on with align, async scheduling on): align -> ``align``,
+none -> ``device-authoritative`` from 0.24.0 (#45100) and ``synced-gather`` on 0.23.0.
 
-A read is scored on the value the policy says matters: the CPU value for a policy that reads
-the buffer (align), else the value the GDN consumed. Where the landing fell inside an op (poll
+A read is scored on the values the policy says can be wrong: the value the GDN consumed, and
+also the CPU value when the policy's CPU build reads the buffer the DMA writes. For align's
+family (the GDN restores from the CPU value) only the CPU value is scored: the value the
+forward read there is the CPU value after ``preprocess_mamba`` reset the rows whose state it
+moved, which sim does not model. A read is predicted *wrong* when the count it consumed differs
+from the truth (align: the CPU value; otherwise the predicted GPU value of a decode row).
+Where the landing fell inside an op (poll
 before it false, after it true), every placement inside it is predicted; if they differ the
 read is ``ambiguous`` and not scored. A close call is a step whose landing was first seen within
 100 us of a writing row op (add, condense move, swap).
@@ -36,8 +42,17 @@ from sim.runs.io import atomic_write, atomic_write_text, read_parquet
 CLOSE_CALL_NS = 100_000
 
 
-def policy_for(mode: str, vllm_version: str) -> Policy:
-    """The sim policy of a measured configuration."""
+def policy_for(mode: str, vllm_version: str, runner: str = "v1") -> Policy:
+    """The sim policy that ``sim.resolve`` assigns a measured configuration."""
+    from sim.resolve.resolution import RELEASES, VllmSetup, resolve
+
+    if vllm_version in RELEASES:
+        setup = VllmSetup(
+            vllm=vllm_version, runner=runner, mamba_cache_mode=mode, async_scheduling="on",
+            prefix_caching="on" if mode == "align" else "off",
+            max_num_seqs=64, max_num_batched_tokens=2048,
+        )  # fmt: skip
+        return get_policy(resolve(setup).policy)
     if mode == "align":
         return get_policy("align")
     if mode == "none":
@@ -98,22 +113,32 @@ def predict_reads(
             )
         lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
         rows = group["row"].to_numpy()
-        preds = []
-        for pos in range(lo, hi + 1):  # every placement the polls leave open (one if exact)
-            cpu, gpu = predict_step(policy, prev, cur, before, pos)
-            preds.append((cpu if policy.reads_buffer else gpu)[rows])
-        pred_lo = preds[0]
-        observed = group["cpu_value" if policy.reads_buffer else "gpu_value"].to_numpy()
+        # every placement the polls leave open (one if exact): (cpu, gpu) of each read
+        preds = [predict_step(policy, prev, cur, before, pos) for pos in range(lo, hi + 1)]
+        cpu0, gpu0 = preds[0][0][rows], preds[0][1][rows]
+        score_cpu = policy.reads_buffer
+        score_gpu = not policy.consumes_cpu_value
+        ambiguous = np.zeros(len(rows), dtype=bool)
+        for cpu, gpu in preds[1:]:
+            ambiguous |= (score_cpu & (cpu[rows] != cpu0)) | (score_gpu & (gpu[rows] != gpu0))
+        obs_cpu, obs_gpu = group["cpu_value"].to_numpy(), group["gpu_value"].to_numpy()
+        agree = ~ambiguous
+        if score_cpu:
+            agree &= cpu0 == obs_cpu
+        if score_gpu:
+            agree &= gpu0 == obs_gpu
         true = group["true_count"].to_numpy()
         g = group.copy()
-        g["scored_value"] = observed
-        g["predicted"] = pred_lo
-        g["ambiguous"] = np.any([p != pred_lo for p in preds], axis=0)
-        g["agree"] = (pred_lo == observed) & ~g["ambiguous"]
-        if policy.reads_buffer:
-            g["predicted_wrong"] = policy.cpu_wrong(pred_lo, true)
+        g["scored_value"] = obs_gpu if score_gpu else obs_cpu
+        g["predicted"] = gpu0 if score_gpu else cpu0
+        g["predicted_cpu"] = cpu0
+        g["predicted_gpu"] = gpu0
+        g["ambiguous"] = ambiguous
+        g["agree"] = agree
+        if policy.consumes_cpu_value:
+            g["predicted_wrong"] = policy.cpu_wrong(cpu0, true)
         else:
-            g["predicted_wrong"] = g["consumed"].to_numpy() & (pred_lo != true)
+            g["predicted_wrong"] = g["consumed"].to_numpy() & (gpu0 != true)
         margin = int(t["margin_ns"])
         g["close_call"] = (0 <= margin < CLOSE_CALL_NS) and not bool(t["landed_at_update_states"])
         out.append(g)
@@ -147,6 +172,7 @@ def report(pred: pd.DataFrame, policy: Policy, meta: dict[str, Any]) -> dict[str
         "close_call_steps": int(close["step"].nunique()),
         "close_call_reads": int(len(close)),
         "close_call_agree": int(close["agree"].sum()),
+        "close_call_ambiguous": int(close["ambiguous"].sum()),
         "first_mismatches": mismatches.head(8)[
             ["step", "req_id", "row", "prev_row", "true_count", "scored_value", "predicted"]
         ].to_dict("records"),
@@ -165,7 +191,7 @@ def compare_dir(folder: Path) -> dict[str, Any]:
         raise SpecraceError(
             f"{folder}/export.json missing or unreadable (run vllm-export)"
         ) from None
-    policy = policy_for(meta["mode"], meta.get("vllm_version", ""))
+    policy = policy_for(meta["mode"], meta.get("vllm_version", ""), meta.get("runner", "v1"))
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
     atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))

@@ -332,6 +332,12 @@ def _parquet(df: pd.DataFrame, path: Path) -> None:
 def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     """Write the four files under ``out``; return the summary (also ``export.json``)."""
     raw = load_raw(raw_path)
+    if raw.get("runner") == "v2":  # MRv2: gpu_check.vllm.export_v2 (reads and verdicts only)
+        from gpu_check.vllm.export_v2 import export_run_v2
+
+        near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]
+        found = next((q for q in near if q.is_file()), None)
+        return export_run_v2(raw, out, json.loads(found.read_text()) if found else None)
     schedule = build_schedule(raw)
     table = step_table(raw)
     reads = build_reads(raw, schedule, table)

@@ -15,8 +15,9 @@ from typing import Any
 from sim.errors import SpecraceError
 
 RESULT_COLUMNS = [
-    "vllm", "run", "mode", "max_num_seqs", "gpu_delay_ms", "arrivals", "policy", "steps", "reads",
-    "wrong_observed", "wrong_predicted", "agree", "scored", "ambiguous", "close_call_steps",
+    "vllm", "runner", "run", "mode", "max_num_seqs", "gpu_delay_ms", "arrivals", "policy",
+    "steps", "reads", "wrong_observed", "wrong_predicted", "agree", "scored", "ambiguous",
+    "close_call_steps", "close_call_reads", "close_call_agree", "close_call_ambiguous",
     "steps_landed_at_update_states", "steps_landed_between_ops", "steps_not_landed_at_read",
     "wrong_pairs",
 ]  # fmt: skip
@@ -33,14 +34,21 @@ def raw_name(path: Path) -> str:
 def export_folder(folder: Path) -> list[dict[str, Any]]:
     """Export and compare every raw record under ``folder/raw`` into ``folder/<name>/``."""
     from gpu_check.vllm.agreement import compare_dir
-    from gpu_check.vllm.export import export_run
+    from gpu_check.vllm.export import export_run, load_raw
+    from gpu_check.vllm.export_v2 import export_run_v2, is_v2
 
     raws = sorted((folder / "raw").glob("raw_*.json*"))
     if not raws:
         raise SpecraceError(f"no raw/raw_*.json(.gz) under {folder}")
+    summary_path = folder / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
     out = []
     for raw in raws:
         dest = folder / raw_name(raw)
+        record = load_raw(raw)
+        if is_v2(record):  # MRv2: no row ops to export; the reads are checked directly
+            out.append(export_run_v2(record, dest, summary))
+            continue
         export_run(raw, dest)
         out.append(compare_dir(dest))
     return out
@@ -76,6 +84,7 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows.append(
             {
                 "vllm": exp.get("vllm_version", ""),
+                "runner": exp.get("runner", "v1"),
                 "run": run,
                 "mode": exp["mode"],
                 "max_num_seqs": seqs,
@@ -90,6 +99,9 @@ def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 "scored": agr.get("scored", ""),
                 "ambiguous": agr.get("ambiguous", ""),
                 "close_call_steps": agr.get("close_call_steps", ""),
+                "close_call_reads": agr.get("close_call_reads", ""),
+                "close_call_agree": agr.get("close_call_agree", ""),
+                "close_call_ambiguous": agr.get("close_call_ambiguous", ""),
                 "steps_landed_at_update_states": exp["steps_landed_at_update_states"],
                 "steps_landed_between_ops": exp["steps_landed_between_ops"],
                 "steps_not_landed_at_read": exp["steps_not_landed_at_read"],
@@ -132,6 +144,8 @@ def op_timing(root: Path) -> list[dict[str, Any]]:
     out = []
     for raw_path in sorted(root.rglob("raw/raw_*.json*")):
         raw = load_raw(raw_path)
+        if raw.get("runner") == "v2":  # MRv2 has no InputBatch row ops
+            continue
         spans: dict[str, list[int]] = {}
         seen_groups = set()
         for s in prepared_steps(raw):
@@ -159,6 +173,70 @@ def op_timing(root: Path) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def _n(x: Any) -> int:
+    return int(x) if x not in ("", None) else 0
+
+
+def _pairs(rows: list[dict[str, Any]]) -> str:
+    total: dict[str, int] = {}
+    for r in rows:
+        for item in filter(None, str(r["wrong_pairs"]).split(" ")):
+            k, _, v = item.rpartition(":")
+            total[k] = total.get(k, 0) + int(v)
+    return ", ".join(f"{k.replace('->', '→')}: {v}" for k, v in sorted(total.items()))
+
+
+def summary_markdown(rows: list[dict[str, Any]]) -> str:
+    """One line per vLLM release, runner and mode: every configuration's reads together."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["vllm"], r["runner"], r["mode"]), []).append(r)
+    out = [
+        "| vLLM | runner | mode | sim policy | configs | reads | wrong observed | wrong predicted "
+        "| agreement | ambiguous | close-call steps | close-call agreement | wrong pairs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (v, runner, mode), rs in sorted(groups.items()):
+
+        def tot(col: str, rs: list[dict[str, Any]] = rs) -> int:
+            return sum(_n(r[col]) for r in rs)
+
+        runner_name = "MRv2" if runner == "v2" else "V1 (MRv1)"
+        close_scored = tot("close_call_reads") - tot("close_call_ambiguous")
+        policies = ", ".join(sorted({str(r["policy"]) for r in rs}))
+        out.append(
+            f"| {v} | {runner_name} | {mode} | {policies} | {len(rs)} | {tot('reads'):,} "
+            f"| {tot('wrong_observed'):,} | {tot('wrong_predicted'):,} "
+            f"| {tot('agree'):,}/{tot('scored'):,} | {tot('ambiguous')} "
+            f"| {tot('close_call_steps')} | {tot('close_call_agree'):,}/{close_scored:,} "
+            f"| {_pairs(rs)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def configs_markdown(rows: list[dict[str, Any]]) -> str:
+    """One line per measured configuration (data/vllm/README.md)."""
+    out = [
+        "| vLLM | runner | run | mode | seqs | delay ms | steps | reads | wrong observed "
+        "| wrong predicted | agreement | ambiguous | close calls "
+        "| landed: entry / between / waited | wrong pairs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        landed = " / ".join(
+            "–" if r[c] in ("", None) else str(r[c])
+            for c in ("steps_landed_at_update_states", "steps_landed_between_ops",
+                      "steps_not_landed_at_read")
+        )  # fmt: skip
+        out.append(
+            f"| {r['vllm']} | {r['runner']} | {r['run']} | {r['mode']} | {r['max_num_seqs']} "
+            f"| {r['gpu_delay_ms']:g} | {r['steps']} | {r['reads']} | {r['wrong_observed']} "
+            f"| {r['wrong_predicted']} | {r['agree']}/{r['scored']} | {r['ambiguous']} "
+            f"| {r['close_call_steps']} | {landed} | {_pairs([r])} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def write_tables(root: Path) -> tuple[Path, Path, Path]:

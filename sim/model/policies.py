@@ -189,6 +189,13 @@ class Policy:
         """The count the GDN kernel restores its state from, per read."""
         return self.consume(cpu, true, participating)
 
+    @property
+    def consumes_cpu_value(self) -> bool:
+        """Whether the GDN kernel restores its state from the CPU value itself (align's family),
+        so a wrong CPU read is a wrong consumed count; otherwise the correction kernel or the
+        request slot decides what is consumed (:meth:`gpu_consumed`)."""
+        return self.consume is cpu_value
+
     def cpu_wrong(self, cpu: np.ndarray, true: np.ndarray) -> np.ndarray:
         """A CPU read that differs from the truth (never for a policy that reads no buffer)."""
         if not self.reads_buffer:
