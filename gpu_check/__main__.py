@@ -81,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="cuda",
         help="cpu: scripted landings, no hardware (tests the replay itself)",
     )
+    y.add_argument(
+        "--aim", choices=("spin", "device-clock"), default="spin",
+        help="cuda: place the landing by a calibrated spin, or by the GPU clock (%%globaltimer)",
+    )  # fmt: skip
     y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
     y.add_argument("--out", required=True, help="a new or empty directory")
     y.add_argument("--force", action="store_true", help="replace a non-empty --out")

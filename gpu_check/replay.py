@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -43,7 +43,10 @@ class CountsDevice(Protocol):
     private: np.ndarray  # #51599's runner-private target
 
     def reset(self, prior: np.ndarray, step: int) -> None: ...
-    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None: ...
+    # land_at_ns: a host instant the copy should land at (``--aim device-clock``), else a spin
+    def launch(
+        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
+    ) -> None: ...
     def poll(self, op_index: int) -> bool: ...  # landed (tag visible) right now?
     def query(self) -> bool: ...  # the copy's event complete (never blocks)?
     def synchronize(self) -> None: ...
@@ -65,7 +68,9 @@ class ScriptedCounts:
         self.private[:] = prior
         self._landed = False
 
-    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None:
+    def launch(
+        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
+    ) -> None:
         self._counts, self._private = counts, private
         self._target = self._plan.pop(0)
 
@@ -105,6 +110,7 @@ class CudaCounts:
         self.event = torch.cuda.Event()
         self.ns_per_cycle = self._calibrate_spin()
         self.landing_fit: dict = {}  # set by the replay's landing calibration
+        self.clock: Any = None  # gpu_check.device_clock.DeviceClock, made on first use
         self._tag = 0
 
     def _calibrate_spin(self) -> float:
@@ -124,7 +130,16 @@ class CudaCounts:
         self._tag_views[0][0] = self._tag_views[1][0] = 0
         self._tag = step + 1
 
-    def launch(self, counts: np.ndarray, spin_ns: int, private: bool) -> None:
+    def device_clock(self) -> Any:
+        if self.clock is None:
+            from gpu_check.device_clock import DeviceClock
+
+            self.clock = DeviceClock()
+        return self.clock
+
+    def launch(
+        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
+    ) -> None:
         torch = self.torch
         n = len(counts)
         host = torch.from_numpy(np.concatenate([[self._tag], counts]).astype(np.int32))
@@ -132,7 +147,9 @@ class CudaCounts:
         torch.cuda.synchronize()
         self._view = self._tag_views[1 if private else 0]
         dst = self.priv if private else self.shared
-        if spin_ns > 0:
+        if land_at_ns is not None:
+            self.device_clock().wait_until(land_at_ns)
+        elif spin_ns > 0:
             torch.cuda._sleep(int(spin_ns / self.ns_per_cycle))
         dst[: 1 + n].copy_(self.counts_gpu[: 1 + n], non_blocking=True)
         self.event.record()
@@ -168,6 +185,13 @@ class ReplayConfig:
     # Measured on the device: requested spin (ns) -> landing seen after the launch returned
     # (ns), increasing; the spin for a target landing is read off it by interpolation.
     spin_table: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # "spin": a spin kernel of a calibrated length before the copy; "device-clock": a kernel
+    # waiting for the GPU clock to reach the target (gpu_check/device_clock.py), the step's t0
+    # then set ``lead_ns`` ahead of the launch and the aim ``clock_lag_ns`` early (the lag from
+    # the wait's end to the landing, measured in the replay's own launch path)
+    aim: str = "spin"
+    lead_ns: int = 200_000
+    clock_lag_ns: int = 0
 
     def spin_for(self, target_ns: int) -> int:
         if self.spin_table is None:
@@ -294,10 +318,18 @@ def replay(
         spin_ns = cfg.spin_for(target)
         private = policy.dma_into_private
         device.reset(prior, n)
-        device.launch(prev.accepted.astype(np.int32), spin_ns, private)
-        if policy.waits_before_moves:
-            device.synchronize()
-        t0 = time.perf_counter_ns()
+        counts = prev.accepted.astype(np.int32)
+        if cfg.aim == "device-clock":
+            t0 = time.perf_counter_ns() + cfg.lead_ns
+            device.launch(counts, 0, private, land_at_ns=t0 + target - cfg.clock_lag_ns)
+            if policy.waits_before_moves:
+                device.synchronize()
+                t0 = max(t0, time.perf_counter_ns())
+        else:
+            device.launch(counts, spin_ns, private)
+            if policy.waits_before_moves:
+                device.synchronize()
+            t0 = time.perf_counter_ns()
         clock = LandingClock(device, t0)
         op_err = np.zeros(len(cur.ops), dtype=np.int64)  # actual store time - scheduled
         land, during = -1, False  # during: the tag turned visible inside an op or the read

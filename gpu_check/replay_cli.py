@@ -44,11 +44,7 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
         if args.device == "cuda":
             cuda = CudaCounts(schedule.max_num_reqs)
             device: CountsDevice = cuda
-            table = _landing_table(cuda)
-            cfg = ReplayConfig(scenario.timing, seed=args.seed, launch_ns=table[1][0],
-                               spin_table=table)  # fmt: skip
-            env["launch_to_land_ns"] = cfg.launch_ns
-            env["landing_fit"] = cuda.landing_fit
+            cfg = _cuda_config(cuda, scenario.timing, args.seed, args.aim, env)
         else:
             rng = np.random.default_rng([args.seed, 7])
             plan = [int(rng.integers(-1, len(schedule.steps[n].ops) + 1)) for n in step_list]
@@ -118,10 +114,7 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
         if args.device == "cuda":
             cuda = CudaCounts(schedule.max_num_reqs)
             device: CountsDevice = cuda
-            table = _landing_table(cuda)
-            cfg = ReplayConfig(timing, seed=args.seed, launch_ns=table[1][0], spin_table=table)
-            env["launch_to_land_ns"] = cfg.launch_ns
-            env["landing_fit"] = cuda.landing_fit
+            cfg = _cuda_config(cuda, timing, args.seed, args.aim, env)
         else:  # land exactly where the model said: the replay must then agree everywhere
             cfg = ReplayConfig(timing, seed=args.seed)
             plan = [_scripted_landing(timeline[n], policy) for n in steps]
@@ -153,6 +146,40 @@ def _scripted_landing(t, policy) -> int:
     if t.land_ns > t.read_ns:
         return -1
     return int((t.ops_end_ns < t.land_ns).sum()) if not policy.waits_before_moves else 0
+
+
+def _cuda_config(cuda: CudaCounts, timing, seed: int, aim: str, env: dict) -> ReplayConfig:
+    """The replay's landing calibration on this device, for the chosen aim; recorded in
+    ``env`` (the summary)."""
+    table = _landing_table(cuda)
+    env["aim"] = aim
+    env["launch_to_land_ns"] = table[1][0]
+    env["landing_fit"] = cuda.landing_fit
+    cfg = ReplayConfig(timing, seed=seed, launch_ns=table[1][0], spin_table=table, aim=aim)
+    if aim == "device-clock":
+        lag = _device_clock_lag(cuda, cfg.lead_ns)
+        m = cuda.device_clock().map
+        env["device_clock"] = {"offset_ns": m.offset_ns, "uncertainty_ns": m.uncertainty_ns,
+                               "rounds": m.rounds, "lag_ns": lag}  # fmt: skip
+        cfg = ReplayConfig(timing, seed=seed, launch_ns=table[1][0], spin_table=table, aim=aim,
+                           clock_lag_ns=lag)  # fmt: skip
+    return cfg
+
+
+def _device_clock_lag(device: CudaCounts, lead_ns: int, reps: int = 31) -> int:
+    """Median of (landing seen - instant aimed at) through the replay's own launch path: what
+    the copy's launch and transfer add after the device clock's wait ends."""
+    import time
+
+    samples = []
+    for i in range(reps):
+        device.reset(np.ones(len(device.buf), dtype=np.int32), 20_000 + i)
+        aim = time.perf_counter_ns() + lead_ns
+        device.launch(np.ones(1, dtype=np.int32), 0, private=False, land_at_ns=aim)
+        while not device.poll(0):
+            pass
+        samples.append(time.perf_counter_ns() - aim)
+    return int(np.median(samples))
 
 
 SPINS_NS = (0, 10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000)
