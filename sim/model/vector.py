@@ -133,6 +133,10 @@ class PointsResult:
     sim_time_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     reads: pd.DataFrame | None = None  # READ_COLUMNS_POINTS, sorted by (point, step, row)
     summaries: list[dict] = field(default_factory=list)  # per point, as reads.summarize
+    # Per point, for rates over steps (sim.resolve.risk): steps with a GPU-wrong read, and
+    # GPU-wrong reads by hazard kind (sorted by kind, zeros left out).
+    gpu_wrong_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gpu_wrong_by_kind: list[dict[str, int]] = field(default_factory=list)
 
 
 def _check(timings: Sequence[TimingParams]) -> None:
@@ -341,6 +345,11 @@ def simulate_points(
             on_reads(acc.table())
     else:
         res.reads = acc.table() if keep_reads else None
+    res.gpu_wrong_steps = acc.gpu_steps
+    order = sorted(range(1, len(KINDS)), key=lambda k: KINDS[k])
+    res.gpu_wrong_by_kind = [
+        {KINDS[k]: col[k] for k in order if col[k]} for col in acc.gpu_kind.T.tolist()
+    ]
     res.summaries = acc.summaries(
         np.broadcast_to(fwd_first, (P,)),
         np.broadcast_to(fwd_last, (P,)),
@@ -400,6 +409,8 @@ class _Accumulator:
         self.gpu_wrong = np.zeros(P, np.int64)
         self.lost = np.zeros(P, np.int64)
         self.by_kind = np.zeros((len(KINDS), P), np.int64)
+        self.gpu_kind = np.zeros((len(KINDS), P), np.int64)  # GPU-wrong reads by kind
+        self.gpu_steps = np.zeros(P, np.int64)  # steps with a GPU-wrong read
         self.points = np.arange(P)
         self.req_index: dict[str, int] = {}
         self.corrupted: list[np.ndarray] = []  # (point, request index) pairs, GPU-wrong
@@ -450,6 +461,8 @@ class _Accumulator:
         self.lost += _count(lost_first)
         n_wrong = _count(wrong)
         self.by_kind[kind, self.points] += n_wrong  # one (kind, point) per point: no repeats
+        self.gpu_kind[kind, self.points] += n_gpu_wrong
+        self.gpu_steps += n_gpu_wrong > 0
         if n_gpu_wrong.any():
             r_idx, p_idx = np.nonzero(gpu_wrong)
             self._corrupt(cur, rows[r_idx], p_idx)
@@ -508,7 +521,10 @@ class _Accumulator:
         gw = g != t
         lost = gw & (prev_drafts[r_idx] == 0) & (g > 1)
         self.cpu_wrong += np.bincount(p_idx[cw], minlength=P)
-        self.gpu_wrong += np.bincount(p_idx[gw], minlength=P)
+        n_gw = np.bincount(p_idx[gw], minlength=P)
+        self.gpu_wrong += n_gw
+        self.gpu_kind[kind, self.points] += n_gw
+        self.gpu_steps += n_gw > 0
         self.lost += np.bincount(p_idx[lost], minlength=P)
         self.by_kind[kind, self.points] += np.bincount(p_idx[cw | gw], minlength=P)
         if gw.any():
