@@ -127,9 +127,10 @@ def _simpy_tier(schedule, timings, policy, seed: int) -> tuple[float, list[dict]
 
 
 def old_build_schedule():
-    """``build_schedule`` (with its InputBatchRows) as of :data:`SCHEDULE_BEFORE`, or None."""
+    """``build_schedule`` (with its workload draw and InputBatchRows) as of
+    :data:`SCHEDULE_BEFORE`, or None."""
     mods = {}
-    for name in ("input_batch", "scheduling"):
+    for name in ("workload", "input_batch", "scheduling"):
         try:
             src = subprocess.run(
                 ["git", "show", f"{SCHEDULE_BEFORE}:sim/model/{name}.py"],
@@ -142,9 +143,8 @@ def old_build_schedule():
         except (OSError, subprocess.SubprocessError):
             return None
         mod_name = f"_specrace_before_{name}"
-        src = src.replace(
-            "from sim.model.input_batch import", "from _specrace_before_input_batch import"
-        )
+        for dep in ("workload", "input_batch"):
+            src = src.replace(f"from sim.model.{dep} import", f"from _specrace_before_{dep} import")
         mod = types.ModuleType(mod_name)
         sys.modules[mod_name] = mod  # dataclasses look their module up
         exec(compile(src, f"{SCHEDULE_BEFORE}:{name}.py", "exec"), mod.__dict__)

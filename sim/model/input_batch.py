@@ -202,9 +202,14 @@ def reorder_batch_to_split_decodes_and_prefills(
         sched = num_scheduled_tokens[:n]
     else:
         sched = np.array([num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
-    regions = region_of(
-        sched, batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n], decode_threshold
-    )
+    computed, prompt = batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n]
+    if n == 0 or (
+        sched.max() <= decode_threshold
+        and computed.min() > 0
+        and np.count_nonzero(computed < prompt) == 0
+    ):
+        return False  # every row decodes: one region, nothing to move (the common step)
+    regions = region_of(sched, computed, prompt, decode_threshold)
     if not (regions[1:] < regions[:-1]).any():  # already sorted: the common step
         return False
     counts = np.bincount(regions, minlength=4)
