@@ -42,7 +42,7 @@ from sim.model.workload import Request, draw_workload
 # any()/all() of a small bool array by count_nonzero: the methods cost four times as much
 # (a Python-level wrapper), and this runs several times per step.
 def _any(mask: np.ndarray) -> bool:
-    return np.count_nonzero(mask) > 0
+    return bool(np.count_nonzero(mask))
 
 
 def _all(mask: np.ndarray) -> bool:
@@ -286,8 +286,8 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 prev_num_draft_tokens[prev_row[use]] = prev_len[use]
             batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
         for j in to_add:
-            r = int(idx[j])
-            batch.add_request(ids[r], int(st.prompt_len[r]), int(st.num_computed[r]))
+            a = int(idx[j])
+            batch.add_request(ids[a], int(st.prompt_len[a]), int(st.num_computed[a]))
         # Every scheduled request's prev_num_draft_len is now this step's drafts (a resumed
         # one was reset to 0 first, then set on add).
         st.prev_num_draft_len[idx] = sched.drafts
