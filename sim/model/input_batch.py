@@ -176,14 +176,12 @@ def region_of(
 
     "prefill" means no context (num_computed == 0) whatever is scheduled.
     """
-    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0.
-    # Nested where: half the numpy calls of masked assignments (this runs every step).
-    regions = np.where(
-        num_computed <= 0,
-        3,
-        np.where(num_scheduled > threshold, 2, np.where(num_computed < num_prompt, 1, 0)),
-    )
-    return regions.astype(np.int32, copy=False)
+    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0:
+    # later assignments win (this runs every step a batch is not all decodes).
+    regions = (num_computed < num_prompt).astype(np.int32)
+    regions[num_scheduled > threshold] = 2
+    regions[num_computed <= 0] = 3
+    return regions
 
 
 def reorder_batch_to_split_decodes_and_prefills(
@@ -203,21 +201,22 @@ def reorder_batch_to_split_decodes_and_prefills(
     else:
         sched = np.array([num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
     computed, prompt = batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n]
+    cnz = np.count_nonzero
     if n == 0 or (
-        sched.max() <= decode_threshold
-        and computed.min() > 0
-        and np.count_nonzero(computed < prompt) == 0
+        cnz(sched > decode_threshold) == 0
+        and cnz(computed <= 0) == 0
+        and cnz(computed < prompt) == 0
     ):
         return False  # every row decodes: one region, nothing to move (the common step)
     regions = region_of(sched, computed, prompt, decode_threshold)
-    if not (regions[1:] < regions[:-1]).any():  # already sorted: the common step
+    if cnz(regions[1:] < regions[:-1]) == 0:  # already sorted
         return False
-    counts = np.bincount(regions, minlength=4)
-    target = np.repeat(np.arange(4, dtype=np.int32), counts)
-    needs_swap = regions != target
-    orig = np.flatnonzero(needs_swap)
-    src_indices = orig[np.argsort(regions[needs_swap], kind="stable")]
-    src_dest = {int(s): int(d) for s, d in zip(src_indices, orig, strict=True)}
+    # Rows whose region differs from the sorted order's (orig), and the same rows ordered by
+    # region, stably (argsort kind="stable" of their regions): lists, as n is small.
+    regs = regions.tolist()
+    orig = [i for i, (r, t) in enumerate(zip(regs, sorted(regs), strict=True)) if r != t]
+    src_indices = sorted(orig, key=regs.__getitem__)
+    src_dest = dict(zip(src_indices, orig, strict=True))
     for src in list(src_dest):  # vLLM iterates the dict while updating values only
         dst = src_dest[src]
         while src != dst:

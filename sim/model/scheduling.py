@@ -61,10 +61,10 @@ class _ReqStates:
         # sim.explore.check passes int subclasses that record what the scheduler compares.
         self.output_len = [r.output_len for r in requests]
         # req.accepted of every request back to back: request i's j-th speculative step
-        # is accepted_flat[accepted_off[i] + j] while j < accepted_len[i], else 1.
+        # is accepted_flat[spec_pos[i]] (spec_pos[i] = its offset + j) while spec_pos[i] <
+        # accepted_end[i], else 1.
         lens = [len(r.accepted) for r in requests]
-        self.accepted_len = np.array(lens, dtype=np.int64)
-        self.accepted_off = np.cumsum(self.accepted_len) - self.accepted_len
+        self.accepted_end = np.cumsum(np.array(lens, dtype=np.int64))
         self.accepted_flat = (
             np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
             if n
@@ -73,7 +73,7 @@ class _ReqStates:
         self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
         self.num_computed = np.zeros(n, dtype=np.int64)  # scheduler's optimistic view
         self.generated = np.zeros(n, dtype=np.int64)  # confirmed by update_from_output
-        self.spec_steps = np.zeros(n, dtype=np.int64)  # drafted steps so far
+        self.spec_pos = self.accepted_end - lens  # each request's offset + its drafted steps
         self.prefill_target = np.zeros(n, dtype=np.int64)  # prompt, or recompute
         self.prev_num_draft_len = np.zeros(n, dtype=np.int64)  # CachedRequestState's
         self.epoch = np.zeros(n, dtype=np.int64)  # bumped by preemption
@@ -460,15 +460,14 @@ def _steady(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _accept_k(st: _ReqStates, r: np.ndarray, k: int) -> np.ndarray:
     """:func:`_accept` of requests that all take ``k`` > 0 drafts."""
-    ss = st.spec_steps[r]
-    st.spec_steps[r] = ss + 1
-    at = st.accepted_off[r] + ss
-    if _all(ss < st.accepted_len[r]):
+    at = st.spec_pos[r]
+    st.spec_pos[r] = at + 1
+    drawn = at < st.accepted_end[r]
+    if _all(drawn):
         if st.accepted_max <= 1 + k:  # drawn with k drafts: nothing to cap
             return st.accepted_flat[at].astype(np.int64)
         return np.minimum(st.accepted_flat[at], np.int64(1 + k))
     accepted = np.ones(len(r), dtype=np.int64)
-    drawn = ss < st.accepted_len[r]
     accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + k)
     return accepted
 
@@ -476,22 +475,11 @@ def _accept_k(st: _ReqStates, r: np.ndarray, k: int) -> np.ndarray:
 def _accept(st: _ReqStates, r: np.ndarray, drafts: np.ndarray) -> np.ndarray:
     """True accepted counts (Request.accepted_at) of requests ``r`` taking ``drafts`` drafts;
     a drafted step advances the request's speculative-step index."""
-    has = drafts > 0
-    if len(r) and _all(has):  # the steady state: every request drafts
-        ss = st.spec_steps[r]
-        st.spec_steps[r] = ss + 1
-        drawn = ss < st.accepted_len[r]
-        if _all(drawn):
-            return np.minimum(st.accepted_flat[st.accepted_off[r] + ss], 1 + drafts)
-        accepted = np.ones(len(r), dtype=np.int64)
-        flat = st.accepted_flat[st.accepted_off[r[drawn]] + ss[drawn]]
-        accepted[drawn] = np.minimum(flat, 1 + drafts[drawn])
-        return accepted
     accepted = np.ones(len(r), dtype=np.int64)
+    has = drafts > 0
     if _any(has):
-        ss = st.spec_steps[r]
-        drawn = has & (ss < st.accepted_len[r])
-        flat = st.accepted_flat[st.accepted_off[r[drawn]] + ss[drawn]]
-        accepted[drawn] = np.minimum(flat, 1 + drafts[drawn])
-        st.spec_steps[r[has]] += 1
+        at = st.spec_pos[r]
+        drawn = has & (at < st.accepted_end[r])
+        accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + drafts[drawn])
+        st.spec_pos[r[has]] += 1
     return accepted
