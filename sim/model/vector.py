@@ -392,11 +392,12 @@ def _nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (row-major) order: the mask is scanned eight bytes at a time, and only the words that
     hold a True are looked into (several times faster on a sparse mask)."""
     flat = mask.reshape(-1)
-    if flat.size % 8 or not mask.flags.c_contiguous:
-        return np.nonzero(mask)
-    words = np.flatnonzero(flat.view(np.uint64))
-    if words.size * 64 > flat.size:  # not sparse
-        return np.nonzero(mask)
+    words = np.zeros(0, dtype=np.intp)
+    if flat.size % 8 == 0 and mask.flags.c_contiguous:
+        words = np.flatnonzero(flat.view(np.uint64))
+    if flat.size % 8 or not mask.flags.c_contiguous or words.size * 64 > flat.size:
+        rows, cols = np.nonzero(mask)  # not sparse, or not viewable as words
+        return rows, cols
     w_i, b_i = np.nonzero(flat.reshape(-1, 8)[words])
     return np.divmod(words[w_i] * 8 + b_i, mask.shape[1])
 
