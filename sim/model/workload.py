@@ -13,6 +13,8 @@ import numpy as np
 
 from sim.model.params import LengthParams, Scenario
 
+ROWS_PER_DRAW = 1 << 20  # speculative steps drawn per call (k doubles each)
+
 
 @dataclass(frozen=True)
 class Request:
@@ -63,16 +65,17 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
     hit_tokens = np.minimum(hit_tokens, prompt - 1)
     probs = np.asarray(w.acceptance_probs[:k], dtype=np.float64)
     # One row of k uniforms per possible speculative step (each emits >= 1 token), request
-    # after request: one draw of every row at once is the same stream of numbers.
-    draws = rng.random((int(output.sum()), k)) < probs
-    # 1 + the leading run of accepted drafts: a running AND over the k columns (a cumprod
-    # along a short axis is twenty times slower).
-    accepted_all = np.ones(len(draws), dtype=np.int8)
-    run = np.ones(len(draws), dtype=bool)
-    for j in range(k):
-        run &= draws[:, j]
-        accepted_all += run
-    accepted = np.split(accepted_all, np.cumsum(output)[:-1]) if n else []
+    # after request, drawn a block of requests at a time (the same stream of numbers as one
+    # request at a time, in bounded memory).
+    accepted: list[np.ndarray] = []
+    ends = np.cumsum(output)
+    lo = 0
+    while lo < n:
+        start = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, start + ROWS_PER_DRAW, side="right")), lo + 1)
+        block = _accepted_counts(rng.random((int(ends[hi - 1]) - start, k)) < probs)
+        accepted += np.split(block, (ends[lo : hi - 1] - start).tolist())
+        lo = hi
     return [
         Request(f"req-{i:06d}", a, p, o, h, acc)
         for i, (a, p, o, h, acc) in enumerate(
@@ -86,6 +89,17 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
             )
         )
     ]
+
+
+def _accepted_counts(draws: np.ndarray) -> np.ndarray:
+    """1 + the leading run of accepted drafts of each row: a running AND over the k columns
+    (a cumprod along a short axis is twenty times slower)."""
+    accepted = np.ones(len(draws), dtype=np.int8)
+    run = np.ones(len(draws), dtype=bool)
+    for j in range(draws.shape[1]):
+        run &= draws[:, j]
+        accepted += run
+    return accepted
 
 
 def _draw_lengths(rng: np.random.Generator, p: LengthParams, n: int) -> np.ndarray:
