@@ -252,7 +252,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         from sim.explore.sweep import sweep_bench
 
-        rows = [sweep_bench(w, points=args.sweep, steps=args.steps) for w in (1, 2)]
+        rows = [
+            sweep_bench(w, points=args.sweep, steps=args.steps, engine=e)
+            for e, w in (("vector", 1), ("vector", 2), ("simpy", 1))
+        ]
         for r in rows:
             print(json.dumps(r, sort_keys=True))
         return 0
@@ -445,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--long-steps", type=int, default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
     b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
-                   help="instead: a sweep of POINTS points at 1 and 2 Dask workers")  # fmt: skip
+                   help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
+                   "workers, SimPy tier on 1)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")

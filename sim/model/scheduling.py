@@ -33,7 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
+from sim.model.input_batch import (
+    InputBatchRows,
+    RowOp,
+    reorder_batch_to_split_decodes_and_prefills,
+)
 from sim.model.params import EngineParams, Scenario
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.workload import Request, draw_workload
@@ -293,9 +297,10 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         st.prev_num_draft_len[idx] = sched.drafts
         batch.condense()
         # Every row holds a scheduled request now: the reorder gets tokens per row.
-        if batch.ops:  # the layout changed: row -> request from the batch
+        if batch.ops:  # the layout changed: replay the row ops on row -> request
             row_ids = batch.req_ids
-            req_of_row = np.array([id_index[rid] for rid in row_ids], dtype=np.int64)
+            layout = _replay(prev_req_of_row.tolist(), batch.ops, id_index)
+            req_of_row = np.array(layout[:n], dtype=np.int64)
             row_arr[prev_req_of_row] = -1
             row_arr[req_of_row] = np.arange(n)
             row_of = row_arr[idx]
@@ -303,12 +308,15 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             row_ids, req_of_row = list(prev_row_ids), prev_req_of_row
         tokens_by_row = np.empty(n, dtype=np.int64)
         tokens_by_row[row_of] = sched.num_tokens
+        n_ops = len(batch.ops)
         if reorder_batch_to_split_decodes_and_prefills(
             batch, tokens_by_row, eng.reorder_batch_threshold
         ):
             row_ids = batch.req_ids
             row_arr[req_of_row] = -1
-            req_of_row = np.array([id_index[rid] for rid in row_ids], dtype=np.int64)
+            req_of_row = np.array(
+                _replay(req_of_row.tolist(), batch.ops[n_ops:], id_index), dtype=np.int64
+            )
             row_arr[req_of_row] = np.arange(n)
             row_of = row_arr[idx]
         batch.end_step()
@@ -407,6 +415,7 @@ def _schedule_step(
     new_ids: list[str] = []
     new_pos: list[int] = []
     pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
+    admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
         i = waiting.popleft()
         running.append(i)
@@ -417,31 +426,52 @@ def _schedule_step(
         pos += 1
         st.preempted[i] = False
         nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
-        item: tuple[int, int, bool]
+        item: tuple[int, int, int, bool]
         if nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
-            item = (0, tokens_i, nc_i + tokens_i >= tgt_i)
+            item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
             nd = min(k, budget - 1)
-            item = (nd, 1 + nd, True)
-        one = np.array([i], dtype=np.int64)
-        drafts_a = np.array([item[0]], dtype=np.int64)
+            item = (i, nd, 1 + nd, True)
+        admitted.append(item)
+        budget -= item[2]
+    if admitted:  # one part for all admitted requests (each request once: order-free draws)
+        a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*admitted, strict=True))
+        one = np.array(a_idx, dtype=np.int64)
+        drafts_a = np.array(a_drafts, dtype=np.int64)
         parts.append(
             (
                 one,
                 st.epoch[one],
-                np.array([item[1]], dtype=np.int64),
+                np.array(a_tokens, dtype=np.int64),
                 drafts_a,
                 _accept(st, one, drafts_a),
-                np.array([item[2]], dtype=bool),
+                np.array(a_samples, dtype=bool),
             )
         )
-        budget -= item[1]
     if not parts:
         z = np.zeros(0, dtype=np.int64)
         return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
     cols = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)]
     return _Batch(*cols), new_ids, new_pos
+
+
+def _replay(layout: list[int], ops: list[RowOp], id_index: dict[str, int]) -> list[int]:
+    """``layout`` (row -> request index, -1 for a hole) after ``ops``, as InputBatchRows
+    applied them: a handful of ops instead of a lookup per row."""
+    for op in ops:
+        if op.kind == "remove":
+            layout[op.a] = -1
+        elif op.kind == "add":
+            if op.a == len(layout):
+                layout.append(id_index[op.req_id])
+            else:
+                layout[op.a] = id_index[op.req_id]
+        elif op.kind == "move":
+            layout[op.b], layout[op.a] = layout[op.a], -1
+        else:
+            layout[op.a], layout[op.b] = layout[op.b], layout[op.a]
+    return layout
 
 
 def _zeros(r: np.ndarray) -> np.ndarray:
