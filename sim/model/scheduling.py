@@ -127,6 +127,9 @@ class _Batch:
     drafts: np.ndarray
     accepted: np.ndarray
     samples: np.ndarray  # False for a partial prefill chunk (discarded row)
+    # Every request was running, decodes with k drafts and nobody was admitted: one region
+    # in the reorder (decode, or long_extend under threshold 1), every row samples.
+    uniform: bool = False
 
 
 def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
@@ -198,7 +201,11 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             i = done.idx
             # else preempted since: the recompute supersedes (no KV limit: no preemption)
             live = st.epoch[i] == done.epoch if can_preempt else None
-            if live is None or _all(live):  # no preemption since: every row applies
+            if done.uniform and live is None:  # k drafts each, every row samples
+                st.num_computed[i] -= (k + 1) - done.accepted  # the rejected drafts
+                st.generated[i] += done.accepted
+                cand = i
+            elif live is None or _all(live):  # no preemption since: every row applies
                 # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
                 st.num_computed[i] -= done.drafts - (done.accepted - 1)
                 if _all(done.samples):
@@ -306,11 +313,11 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             row_of = row_arr[idx]
         else:  # no row op: the previous layout, every scheduled request in its row
             row_ids, req_of_row = list(prev_row_ids), prev_req_of_row
-        tokens_by_row = np.empty(n, dtype=np.int64)
-        tokens_by_row[row_of] = sched.num_tokens
         n_ops = len(batch.ops)
-        if reorder_batch_to_split_decodes_and_prefills(
-            batch, tokens_by_row, eng.reorder_batch_threshold
+        if sched.uniform:  # one region (see _Batch.uniform): the reorder moves nothing
+            pass
+        elif reorder_batch_to_split_decodes_and_prefills(
+            batch, _by_row(sched.num_tokens, row_of), eng.reorder_batch_threshold
         ):
             row_ids = batch.req_ids
             row_arr[req_of_row] = -1
@@ -384,6 +391,7 @@ def _schedule_step(
             waiting.appendleft(v)
 
     parts: list[tuple[np.ndarray, ...]] = []
+    steady = False
     # Without a KV limit nothing is preempted: every epoch stays 0.
     epoch_of = st.epoch.__getitem__ if eng.kv_cache_capacity_tokens else _zeros
     if running:
@@ -393,6 +401,7 @@ def _schedule_step(
         if len(r) * (1 + k) <= budget and not _any(prefill):
             # The steady state: every running request decodes with k drafts, and all fit.
             budget -= len(r) * (1 + k)
+            steady = k > 0
             tokens, drafts, samples = _steady(len(r), k)
             accepted = _accept(st, r, drafts) if k == 0 else _accept_k(st, r, k)
             parts.append((r, epoch_of(r), tokens, drafts, accepted, samples))
@@ -453,7 +462,14 @@ def _schedule_step(
         z = np.zeros(0, dtype=np.int64)
         return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
     cols = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)]
-    return _Batch(*cols), new_ids, new_pos
+    return _Batch(*cols, uniform=steady and not admitted), new_ids, new_pos
+
+
+def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
+    """Per-position ``values`` laid out by row."""
+    out = np.empty(len(values), dtype=values.dtype)
+    out[row_of] = values
+    return out
 
 
 def _replay(layout: list[int], ops: list[RowOp], id_index: dict[str, int]) -> list[int]:
