@@ -462,7 +462,9 @@ def _schedule_step(
         z = np.zeros(0, dtype=np.int64)
         return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
     cols = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)]
-    return _Batch(*cols, uniform=steady and not admitted), new_ids, new_pos
+    idx, epoch, tokens, drafts, accepted, samples = cols
+    uniform = steady and not admitted
+    return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
