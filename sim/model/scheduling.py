@@ -328,13 +328,14 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             row_of = row_arr[idx]
         batch.end_step()
 
+        positions = np.arange(n)
         at = np.empty(n, dtype=np.int64)  # row -> position in sched
-        at[row_of] = np.arange(n)
-        samples = sched.samples[at]
+        at[row_of] = positions
+        samples = sched.samples if sched.uniform else sched.samples[at]  # uniform: all True
         # prev_req_id_to_index for the next step (StepRecord.prev_req_id_to_index).
         prev_arr[prev_req_of_row] = -1
-        if _all(samples):
-            prev_arr[req_of_row] = np.arange(n)
+        if sched.uniform or _all(samples):
+            prev_arr[req_of_row] = positions
         else:
             keep = np.flatnonzero(samples)
             prev_arr[req_of_row[keep]] = keep
