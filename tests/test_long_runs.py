@@ -118,3 +118,24 @@ def test_streamed_run_cli_writes_what_a_full_run_writes(tmp_path: Path) -> None:
     assert (
         r.returncode == 2 and r.stderr == "error: --stream runs one policy: name it with --policy\n"
     )
+
+
+def test_run_on_the_vector_tier_writes_the_simpy_tiers_files(tmp_path: Path) -> None:
+    common = ["--policy", "all", "--steps", "200", "--seed", "1", "--no-trace", "--json"]
+    outs = {}
+    for engine in ("vector", "simpy"):
+        r = run_sim("run", "--engine", engine, *common, "--out", str(tmp_path / engine))
+        assert r.returncode == 0, r.stderr
+        outs[engine] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert outs["vector"] == outs["simpy"]
+    assert any(s["cpu_wrong"] for s in outs["vector"]["policies"])
+    files = sorted(
+        p.relative_to(tmp_path / "simpy") for p in (tmp_path / "simpy").rglob("*.parquet")
+    )
+    assert len(files) >= 8
+    for f in files:
+        assert (tmp_path / "vector" / f).read_bytes() == (tmp_path / "simpy" / f).read_bytes(), f
+    r = run_sim("run", "--engine", "vector", "--steps", "10", "--out", str(tmp_path / "t"))
+    assert (
+        r.returncode == 2 and r.stderr == "error: --engine vector writes no trace: add --no-trace\n"
+    )

@@ -136,10 +136,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     import json
 
     from sim.resolve.check import check_scenario_policy
-    from sim.runs.run import run_policy, write_run
+    from sim.runs.run import run_policy, run_policy_vector, write_run
 
     if args.stream:
         return run_stream(args)
+    if args.engine == "vector" and not args.no_trace:
+        raise SpecraceError("--engine vector writes no trace: add --no-trace")
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
     out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
@@ -154,9 +156,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
         summaries = []
         for name in names:
-            result = run_policy(
-                sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace
-            )
+            if args.engine == "vector":
+                result = run_policy_vector(sched, scenario, POLICIES[name], sched.seed)
+            else:
+                result = run_policy(
+                    sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace
+                )
             target = tmp / name if len(names) > 1 else tmp
             write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
             summaries.append(result.summary)
@@ -432,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
+    r.add_argument("--engine", choices=("simpy", "vector"), default="simpy",
+                   help="timing tier: simpy (the reference, with a trace) or vector "
+                   "(same reads and summary, no trace)")  # fmt: skip
     r.add_argument("--stream", action="store_true",
                    help="long runs in bounded memory: one policy, the vector tier, "
                    "schedule.parquet and reads.parquet in row groups, no trace")  # fmt: skip

@@ -306,7 +306,7 @@ def simulate_points(
         if np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0)):
             raise SpecraceError(
                 f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
-                "tier needs the landing to be a GPU completion (use the SimPy tier)"
+                "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
             )
         land = _mx(w, fwd_end) + d_sample + d_d2h
         valid_end = _mx(_mx(w, valid_free), land) + m.jit(

@@ -50,6 +50,19 @@ def run_policy(
     return RunResult(summary["policy"], summary, reads, build_trace(model) if trace else None)
 
 
+def run_policy_vector(
+    schedule: Schedule, scenario: Scenario, policy: Policy, seed: int
+) -> RunResult:
+    """:func:`run_policy` on the vector tier (``run --engine vector``): the same summary and
+    reads (tests/test_long_runs.py holds them to the same bytes), no trace."""
+    res = simulate_points(
+        schedule, [scenario.timing], policy, seed, keep_reads=True, keep_timing=False
+    )
+    assert res.reads is not None
+    reads = res.reads.drop(columns="point").reset_index(drop=True).astype(READ_COLUMNS)
+    return RunResult(res.summaries[0]["policy"], res.summaries[0], reads, None)
+
+
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
     table = pa.Table.from_pandas(df, preserve_index=False)
     # No creation metadata that varies between runs: same inputs -> same bytes.
