@@ -71,6 +71,10 @@ def test_a_tampered_parquet_schedule_is_refused_with_the_step(tmp_path: Path) ->
     pq.write_table(bad, tmp_path / "bad.parquet")
     with pytest.raises(SpecraceError, match="step 7: ops: replaying them"):
         read_schedule_parquet(tmp_path / "bad.parquet")
+    flat = t.set_column(t.schema.get_field_index("ops_a"), "ops_a", pa.array([0] * len(t)))
+    pq.write_table(flat, tmp_path / "flat.parquet")  # a column of the wrong type
+    with pytest.raises(SpecraceError, match="malformed schedule.parquet"):
+        read_schedule_parquet(tmp_path / "flat.parquet")
     pq.write_table(t.replace_schema_metadata(None), tmp_path / "nohead.parquet")
     with pytest.raises(SpecraceError, match="not a specrace schedule.parquet"):
         read_schedule_parquet(tmp_path / "nohead.parquet")

@@ -195,7 +195,7 @@ def _read_steps(f: pq.ParquetFile, origin: str) -> Iterator[StepRecord]:
         try:
             t = f.read_row_group(g, columns=SCHEMA_ARROW.names)
             yield from _records(t)
-        except (OSError, ValueError, TypeError, KeyError, pa.ArrowException) as e:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, pa.ArrowException) as e:
             raise SpecraceError(f"{origin}: malformed schedule.parquet: {e}") from None
 
 
