@@ -226,3 +226,17 @@ def test_a_schedule_is_built_once_per_engine_workload_and_seed(
                    tmp_path, log=lambda m: None)  # fmt: skip
     assert len(df) == 3 * 2 * 2 * 2
     assert sorted(built) == [(300, 0), (300, 1), (8192, 0), (8192, 1)]
+
+
+def test_sweep_cli_engine_flag(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "sim", "sweep", "--policy", "align", "--steps", "40",
+            "--vary", "timing.gpu_forward_ns_base=3000000", "--workers", "1"]  # fmt: skip
+    args.append("--quiet")
+    r = subprocess.run([*args, "--engine", "simpy", "--out", str(tmp_path / "s")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["engine"] == "simpy"
+    r = subprocess.run([*args, "--out", str(tmp_path / "s")],  # the default: vector
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "--engine simpy" in r.stderr
+    assert r.stderr.count("\n") == 1
