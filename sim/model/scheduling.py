@@ -117,7 +117,7 @@ class _Running:
         self._arr = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Batch:
     """One step's scheduled requests (in scheduling order), kept until their output."""
 
@@ -462,8 +462,12 @@ def _schedule_step(
     if not parts:
         z = np.zeros(0, dtype=np.int64)
         return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
-    cols = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)]
-    idx, epoch, tokens, drafts, accepted, samples = cols
+    if len(parts) == 1:  # running or admitted requests only: no concatenation
+        idx, epoch, tokens, drafts, accepted, samples = parts[0]
+    else:
+        idx, epoch, tokens, drafts, accepted, samples = (
+            np.concatenate(c) for c in zip(*parts, strict=True)
+        )
     uniform = steady and not admitted
     return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
 
