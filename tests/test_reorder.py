@@ -80,3 +80,38 @@ def test_nothing_to_do_returns_false() -> None:
     b = make_batch([("D", 5, 5), ("P", 9, 0)])
     assert not reorder_batch_to_split_decodes_and_prefills(b, {"D": 4, "P": 9}, THR)
     assert b.ops == []
+
+
+def _reference_swaps(regions: list[int]) -> list[tuple[int, int]]:
+    """vLLM's loop written out plainly: the swaps the reorder makes for these regions."""
+    regs = list(regions)
+    target = sorted(regs)
+    orig = [i for i, (r, t) in enumerate(zip(regs, target, strict=True)) if r != t]
+    src_dest = dict(zip(sorted(orig, key=regs.__getitem__), orig, strict=True))
+    swaps = []
+    for src in list(src_dest):
+        dst = src_dest[src]
+        while src != dst:
+            swaps.append((src, dst))
+            nxt = src_dest.get(dst, dst)
+            src_dest[dst] = dst
+            dst = nxt
+    return swaps
+
+
+def test_random_batches_swap_as_the_plain_loop_does() -> None:
+    import random
+
+    rng = random.Random(11)
+    # region -> (num_prompt, num_computed, num_scheduled) that classify as it
+    kinds = {0: (20, 20, 4), 1: (50, 48, 2), 2: (500, 100, 100), 3: (50, 0, 50)}
+    for _ in range(300):
+        n = rng.randint(1, 16)
+        weights = [rng.random() for _ in range(4)]
+        regions = rng.choices(range(4), weights=weights, k=n)
+        b = make_batch([(f"r{i}", *kinds[r][:2]) for i, r in enumerate(regions)])
+        sched = {f"r{i}": kinds[r][2] for i, r in enumerate(regions)}
+        changed = reorder_batch_to_split_decodes_and_prefills(b, sched, THR)
+        want = _reference_swaps(regions)
+        assert [(o.a, o.b) for o in b.ops] == want
+        assert changed == bool(want)

@@ -167,3 +167,15 @@ def test_balanced_gpu_timing_is_the_scenarios_own() -> None:
     b = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=1, steps=200, mitigations=False)
     assert a.estimate == b.estimate and a.scenario.timing == b.scenario.timing
     assert a.scenario.timing.gpu_forward_ns_base == 6_000_000
+
+
+def test_the_vector_and_simpy_tiers_give_the_same_estimate(align_report) -> None:
+    """The default tier (vector) against the reference, on a configuration with wrong reads
+    of more than one kind, and with async off (the synchronous path)."""
+    ref = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=2, steps=600, engine="simpy")
+    assert align_report.estimate.gpu_wrong > 0 and len(align_report.estimate.by_kind) >= 1
+    assert align_report.to_dict() == ref.to_dict()
+    for setup in (VllmSetup(vllm="0.23.0"), VllmSetup(vllm="0.28.0", async_scheduling="off")):
+        vec = assess(setup, BALANCED, seeds=1, steps=300, mitigations=False)
+        ref = assess(setup, BALANCED, seeds=1, steps=300, mitigations=False, engine="simpy")
+        assert vec.to_dict() == ref.to_dict()

@@ -131,3 +131,18 @@ def test_truncated_and_foreign_schedules_are_clear_errors(qwen35: Scenario) -> N
         schedule_mod.loads(text.replace('"schema_version":1', '"schema_version":99', 1))
     with pytest.raises(SpecraceError, match="not a specrace schedule"):
         schedule_mod.loads('{"steps": []}')
+
+
+def test_the_workload_is_the_same_drawn_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accepted counts are drawn a block of requests at a time (bounded memory): any block
+    size gives the same numbers."""
+    import sim.model.workload as workload_mod
+    from sim.model.params import load_scenario
+
+    sc = load_scenario("qwen35-mtp3")
+    ref = workload_mod.draw_workload(sc, 5, 300)
+    for rows in (1, 7, 1000):
+        monkeypatch.setattr(workload_mod, "ROWS_PER_DRAW", rows)
+        got = workload_mod.draw_workload(sc, 5, 300)
+        assert [r.req_id for r in got] == [r.req_id for r in ref]
+        assert all(np.array_equal(a.accepted, b.accepted) for a, b in zip(got, ref, strict=True))

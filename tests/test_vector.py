@@ -288,3 +288,13 @@ def test_streamed_run_writes_what_a_full_run_writes(tmp_path, scenario, steps, b
         "reads.parquet",
         "schedule.json",
     ]
+
+
+def test_sparse_nonzero_is_numpys_in_the_same_order() -> None:
+    from sim.model.vector import _nonzero_2d
+
+    rng = np.random.default_rng(3)
+    for shape, density in (((64, 1000), 0.001), ((7, 9), 0.05), ((64, 1000), 0.3), ((3, 8), 0)):
+        mask = rng.random(shape) < density
+        got, want = _nonzero_2d(mask), np.nonzero(mask)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))

@@ -92,8 +92,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.seeds < 1 or args.swarm < 0:
         raise SpecraceError("--workers must be >= 0, --seeds >= 1, --swarm >= 0")
     spec = SweepSpec(
-        args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps
-    )
+        args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps,
+        args.engine,
+    )  # fmt: skip
     load_scenario(args.scenario)
     workers = args.workers
     if workers != 1 and not args.scheduler:
@@ -262,6 +263,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     w.add_argument("--scheduler", default="", metavar="ADDRESS", help="an existing Dask cluster")
     w.add_argument("--quiet", action="store_true", help="no progress bar")
+    w.add_argument("--engine", choices=("vector", "simpy"), default="vector",
+                   help="timing tier: vector (NumPy, all points of a schedule at once) or "
+                   "simpy (the reference); same results")  # fmt: skip
     w.set_defaults(func=cmd_sweep)
     pl = sub.add_parser(
         "plot", help="a sweep: hazard plot (--y: phase diagram); a run: margin histogram"

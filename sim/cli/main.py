@@ -49,13 +49,32 @@ def print_parameters(scenario: Scenario, seed: int) -> None:
 def cmd_schedule(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, _overrides(args.set))
     steps = args.steps or scenario.default_steps
-    guard_resources(scenario, steps)
     out = Path(args.out)
-    with fresh_output_dir(out, args.force) as tmp:
-        print_parameters(scenario, args.seed)
-        sched = build_schedule(scenario, args.seed, steps)
-        atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
-    s = sched.summary()
+    if args.format == "parquet":  # streamed: bounded memory whatever the step count
+        from sim.model.schedule_parquet import ScheduleWriter, tee
+        from sim.model.scheduling import iter_schedule
+        from sim.runs.io import atomic_write
+
+        name = "schedule.parquet"
+        with fresh_output_dir(out, args.force) as tmp:
+            print_parameters(scenario, args.seed)
+            head, step_iter = iter_schedule(scenario, args.seed, steps)
+
+            s: dict = {}
+
+            def write(path: Path) -> None:
+                with ScheduleWriter(path, head) as w:
+                    s.update(schedule_mod.steps_summary(len(head.requests), tee(w, step_iter)))
+
+            atomic_write(tmp / name, write)
+    else:
+        guard_resources(scenario, steps)
+        name = "schedule.json"
+        with fresh_output_dir(out, args.force) as tmp:
+            print_parameters(scenario, args.seed)
+            sched = build_schedule(scenario, args.seed, steps)
+            atomic_write_text(tmp / name, schedule_mod.dumps(sched))
+        s = sched.summary()
     print(
         f"steps={s['steps']} requests_arrived={s['requests_arrived']} "
         f"requests_scheduled={s['requests_scheduled']} "
@@ -63,7 +82,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     )
     print("row_ops " + " ".join(f"{k}={v}" for k, v in s["row_ops"].items()))
     print(f"first_spec_steps={s['first_spec_steps']}")
-    print(f"wrote {out / 'schedule.json'}")
+    print(f"wrote {out / name}")
     return 0
 
 
@@ -82,7 +101,7 @@ def guard_resources(scenario: Scenario, steps: int) -> None:
         raise SpecraceError(
             f"--steps {steps:,} x {scenario.engine.max_num_seqs} rows needs about "
             f"{need / 2**30:.1f} GiB of memory, more than the {have / 2**30:.1f} GiB available; "
-            "run fewer steps (or several seeds)"
+            "run with --stream (bounded memory), or fewer steps"
         )
 
 
@@ -96,6 +115,12 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
         guard_resources(scenario, steps)
         return scenario, build_schedule(scenario, args.seed, steps)
     sched = schedule_mod.read_schedule(Path(args.schedule))
+    return schedule_scenario(args, sched), sched
+
+
+def schedule_scenario(args: argparse.Namespace, sched: schedule_mod.Schedule) -> Scenario:
+    """The scenario of ``--schedule``'s file, with ``--timing``/``--set`` (timing only)."""
+    overrides = _overrides(args.set)
     if args.timing:
         overrides = {**timing_file_overrides(args.timing), **overrides}
     if any(not k.startswith("timing.") for k in overrides):
@@ -104,15 +129,19 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
             "engine and workload)"
         )
     base = scenario_from_dict(sched.scenario, "schedule", args.schedule)
-    return (with_overrides(base, overrides) if overrides else base), sched
+    return with_overrides(base, overrides) if overrides else base
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     import json
 
     from sim.resolve.check import check_scenario_policy
-    from sim.runs.run import run_policy, write_run
+    from sim.runs.run import run_policy, run_policy_vector, write_run
 
+    if args.stream:
+        return run_stream(args)
+    if args.engine == "vector" and not args.no_trace:
+        raise SpecraceError("--engine vector writes no trace: add --no-trace")
     names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
     out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
@@ -127,9 +156,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
         summaries = []
         for name in names:
-            result = run_policy(
-                sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace
-            )
+            if args.engine == "vector":
+                result = run_policy_vector(sched, scenario, POLICIES[name], sched.seed)
+            else:
+                result = run_policy(
+                    sched, scenario, POLICIES[name], sched.seed, trace=not args.no_trace
+                )
             target = tmp / name if len(names) > 1 else tmp
             write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
             summaries.append(result.summary)
@@ -143,6 +175,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         last = summaries[0] if len(summaries) == 1 else {"policies": summaries}
         print(json.dumps(last, sort_keys=True))
+    return 0
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    """``run --stream``: one policy in bounded memory (:func:`sim.runs.run.run_streaming`):
+    schedule.parquet, reads.parquet in row groups, meta.json; no trace."""
+    import json
+
+    from sim.resolve.check import check_scenario_policy
+    from sim.runs.run import run_streaming
+
+    if args.policy == "all":
+        raise SpecraceError("--stream runs one policy: name it with --policy")
+    name = get_policy(args.policy).name
+    source = None
+    if args.schedule:
+        path = Path(args.schedule)
+        if path.suffix == ".parquet":
+            from sim.model.schedule_parquet import open_schedule_parquet
+
+            source = open_schedule_parquet(path)
+        else:
+            full = schedule_mod.read_schedule(path)
+            source = (full, iter(full.steps), len(full.steps))
+        scenario, seed, steps = schedule_scenario(args, source[0]), source[0].seed, source[2]
+    else:
+        scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
+        seed, steps = args.seed, args.steps or scenario.default_steps
+    note = check_scenario_policy(scenario.engine, name)
+    with fresh_output_dir(Path(args.out), args.force) as tmp:
+        print_parameters(scenario, seed)
+        print(f"policy={name} steps={steps} stream=true")
+        summary = run_streaming(
+            tmp, scenario, POLICIES[name], seed, steps, schedule_format="parquet", source=source
+        )
+    print_table([summary])
+    if note:
+        print(f"note: {note}")
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
     return 0
 
 
@@ -185,7 +257,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         from sim.explore.sweep import sweep_bench
 
-        rows = [sweep_bench(w, points=args.sweep, steps=args.steps) for w in (1, 2)]
+        rows = [
+            sweep_bench(w, points=args.sweep, steps=args.steps, engine=e)
+            for e, w in (("vector", 1), ("vector", 2), ("simpy", 1))
+        ]
         for r in rows:
             print(json.dumps(r, sort_keys=True))
         return 0
@@ -337,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace a non-empty --out")
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
+    s.add_argument("--format", choices=("json", "parquet"), default="json",
+                   help="schedule.json, or its compact binary form schedule.parquet "
+                   "(written step by step: for long runs)")  # fmt: skip
     s.set_defaults(func=cmd_schedule)
     r = sub.add_parser("run", help="simulate a scenario under one policy or all")
     r.add_argument("--scenario", default="qwen35-mtp3", help="built-in name or TOML path")
@@ -347,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="replace a non-empty --out")
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
-    r.add_argument("--schedule", default="", help="simulate this schedule.json instead")
+    r.add_argument("--schedule", default="",
+                   help="simulate this schedule.json (or schedule.parquet) instead")  # fmt: skip
     r.add_argument(
         "--timing",
         action="append",
@@ -358,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
+    r.add_argument("--engine", choices=("simpy", "vector"), default="simpy",
+                   help="timing tier: simpy (the reference, with a trace) or vector "
+                   "(same reads and summary, no trace)")  # fmt: skip
+    r.add_argument("--stream", action="store_true",
+                   help="long runs in bounded memory: one policy, the vector tier, "
+                   "schedule.parquet and reads.parquet in row groups, no trace")  # fmt: skip
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
     c.add_argument("dir", help="a replay directory or an observed*.parquet file")
@@ -371,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--long-steps", type=int, default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
     b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
-                   help="instead: a sweep of POINTS points at 1 and 2 Dask workers")  # fmt: skip
+                   help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
+                   "workers, SimPy tier on 1)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")

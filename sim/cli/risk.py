@@ -135,6 +135,7 @@ def cmd_risk(args: argparse.Namespace) -> int:
         policy=args.policy,
         mitigations=not args.no_mitigations,
         gpu_timing=args.gpu_timing,
+        engine=args.engine,
     )
     print_report(rep)
     if args.json:
@@ -169,5 +170,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
     r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
+    r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
+                   help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")
     r.set_defaults(func=cmd_risk)

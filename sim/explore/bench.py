@@ -10,7 +10,10 @@
   sample of them); and the wall time of 10^4 points x 10^3 steps. Goals: >= 500x, < 5 s.
 - **Schedule** steps/s of ``build_schedule``, and of the per-object version it replaced
   (rebuilt from git at :data:`SCHEDULE_BEFORE` when the repository is there).
-- **Peak RSS** of a long SimPy run (no trace), in a child process of its own.
+- **Peak RSS** of a long run in a child process of its own: streamed (``run --stream``: the
+  vector tier, schedule.parquet and reads in row groups; goal < 2 GB at 10^6 steps of
+  ``qwen35-mtp3``, ``--long-steps 1000000``, about 6 minutes here), and, up to
+  :data:`FULL_RSS_MAX_STEPS`, the SimPy tier holding the whole run (``run --no-trace``).
 
 Times are CPU seconds of this process (``time.process_time``), the 10^4 x 10^3 run also in
 wall seconds. The machine may be shared: only ratios of runs made here mean much.
@@ -42,6 +45,8 @@ SCENARIO = "qwen35-mtp3"
 POLICY = "synced-gather"
 SCHEDULE_BEFORE = "7fc3e83"  # the last commit with the per-object build_schedule
 ROOT = Path(__file__).resolve().parents[2]
+FULL_RSS_MAX_STEPS = 20_000  # a whole-run child holds ~40 KB per step: no more than this
+RSS_GOAL_MB = 2048  # at 10^6 steps
 # CPU seconds of this process: on a machine shared with other work, wall time measures the
 # neighbours; CPU time is what "on one core" means (everything here is single-threaded).
 _cpu = time.process_time
@@ -127,9 +132,10 @@ def _simpy_tier(schedule, timings, policy, seed: int) -> tuple[float, list[dict]
 
 
 def old_build_schedule():
-    """``build_schedule`` (with its InputBatchRows) as of :data:`SCHEDULE_BEFORE`, or None."""
+    """``build_schedule`` (with its workload draw and InputBatchRows) as of
+    :data:`SCHEDULE_BEFORE`, or None."""
     mods = {}
-    for name in ("input_batch", "scheduling"):
+    for name in ("workload", "input_batch", "scheduling"):
         try:
             src = subprocess.run(
                 ["git", "show", f"{SCHEDULE_BEFORE}:sim/model/{name}.py"],
@@ -142,9 +148,8 @@ def old_build_schedule():
         except (OSError, subprocess.SubprocessError):
             return None
         mod_name = f"_specrace_before_{name}"
-        src = src.replace(
-            "from sim.model.input_batch import", "from _specrace_before_input_batch import"
-        )
+        for dep in ("workload", "input_batch"):
+            src = src.replace(f"from sim.model.{dep} import", f"from _specrace_before_{dep} import")
         mod = types.ModuleType(mod_name)
         sys.modules[mod_name] = mod  # dataclasses look their module up
         exec(compile(src, f"{SCHEDULE_BEFORE}:{name}.py", "exec"), mod.__dict__)
@@ -182,7 +187,8 @@ def peak_rss_mb(steps: int, streamed: bool = False) -> float:
             "from pathlib import Path\n"
             "from sim.runs.run import run_streaming\n"
             "with tempfile.TemporaryDirectory() as d:\n"
-            f"    run_streaming(Path(d), sc, POLICIES[{POLICY!r}], 0, {steps})\n"
+            f"    run_streaming(Path(d), sc, POLICIES[{POLICY!r}], 0, {steps}, "
+            "schedule_format='parquet')\n"
         )
     else:
         body = (
@@ -252,20 +258,27 @@ def main(
     print(
         f"vector tier: {points} points x {vector_steps} steps in {vector_s:.2f} s, "
         f"{vector_rate:,.0f} point-steps/s; simpy tier {simpy_rate:,.0f} point-steps/s "
-        f"({len(sample_timings)} of the points); ratio {vector_rate / simpy_rate:,.0f}x; "
+        f"({len(sample_timings)} of the points); ratio {vector_rate / simpy_rate:,.0f}x "
+        f"(goal >= 500x); wall {vector_wall_s:.2f} s (goal < 5 s at 10^4 x 10^3); "
         f"sample summaries identical: {same}"
     )
 
     sched_rates = _schedule_rates(scenario, steps)
-    print("schedule: " + ", ".join(f"{k}={v}" for k, v in sched_rates.items()))
+    print(
+        "schedule: "
+        + ", ".join(f"{k}={v}" for k, v in sched_rates.items())
+        + " (goal: speedup >= 3)"
+    )
     rss: dict[str, float] = {}
     if long_steps:
         for n in sorted({max(long_steps // 4, 1), long_steps}):
-            rss[f"peak_rss_mb_simpy_{n}"] = peak_rss_mb(n)
+            if n <= FULL_RSS_MAX_STEPS:
+                rss[f"peak_rss_mb_simpy_{n}"] = peak_rss_mb(n)
             rss[f"peak_rss_mb_streamed_{n}"] = peak_rss_mb(n, streamed=True)
         print(
             "peak RSS (MB) of one run in a child process: "
             + ", ".join(f"{k.removeprefix('peak_rss_mb_')}={v}" for k, v in rss.items())
+            + f" (goal: streamed < {RSS_GOAL_MB} MB at 1,000,000 steps; --long-steps N)"
         )
     print(
         json.dumps(

@@ -11,8 +11,15 @@ the one on disk extends it. Any other change (scenario, steps, a removed value) 
 rather than mixed.
 
 Points run serially in this process or in parallel on a Dask distributed cluster (a
-``LocalCluster`` of ``workers`` processes, or an existing scheduler's address). What one
-point computes is :func:`run_point`: the one function a faster timing tier replaces.
+``LocalCluster`` of ``workers`` processes, or an existing scheduler's address).
+
+Schedules built once: :func:`run_points` groups points by what their schedule depends on
+(the scenario's engine and workload sections, and the seed; a timing setting never changes
+it), builds each distinct schedule once and simulates all of that group's timing points on
+it. ``engine`` picks the timing tier: ``vector`` (the default: every point of a group in one
+:func:`sim.model.vector.simulate_points` call) or ``simpy`` (the reference, point by point);
+both give the same summaries (tests/test_sweep.py holds them to the same bytes), and the
+spec records the tier, so a sweep is never resumed with the other one.
 """
 
 from __future__ import annotations
@@ -36,8 +43,14 @@ from sim.explore.swarm import draw_timing
 from sim.model.params import Scenario, load_scenario, parse_value, with_overrides
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
+from sim.model.vector import simulate_points
 from sim.runs.io import ensure_out_dir, read_json, write_json
 from sim.runs.run import run_policy, write_parquet
+
+ENGINES = ("vector", "simpy")  # timing tiers; the first is the default
+# Timing points per vector-tier call: large batches amortize the per-step Python loop, and a
+# chunk is also what the progress line and a Dask task count in.
+CHUNK_POINTS = 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,7 @@ class SweepSpec:
     swarm: int  # > 0: that many swarm timing sets instead of a grid
     seeds: int
     steps: int
+    engine: str = ENGINES[0]  # the timing tier (ENGINES)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +71,7 @@ class SweepSpec:
             "swarm": self.swarm,
             "seeds": self.seeds,
             "steps": self.steps,
+            "engine": self.engine,
         }
 
     @staticmethod
@@ -68,6 +83,7 @@ class SweepSpec:
             int(d["swarm"]),
             int(d["seeds"]),
             int(d["steps"]),
+            str(d.get("engine", "simpy")),  # sweeps from before the flag ran the SimPy tier
         )
 
     def points(self) -> list[dict[str, Any]]:
@@ -85,7 +101,7 @@ class SweepSpec:
     def extends(self, old: SweepSpec) -> bool:
         """Whether this spec holds every point and policy of ``old`` (same scenario, steps
         and swept keys), so ``old``'s finished points belong to it."""
-        if (self.scenario, self.steps) != (old.scenario, old.steps):
+        if (self.scenario, self.steps, self.engine) != (old.scenario, old.steps, old.engine):
             return False
         if not set(old.policies) <= set(self.policies) or self.seeds < old.seeds:
             return False
@@ -122,32 +138,94 @@ def _scenario_for(base: Scenario, settings: dict[str, Any]) -> Scenario:
 
 
 def run_point(
-    base: Scenario, point: dict[str, Any], policies: list[str], steps: int
+    base: Scenario, point: dict[str, Any], policies: list[str], steps: int, engine: str = "simpy"
 ) -> list[dict[str, Any]]:
-    """One point of a sweep: its schedule, simulated under each policy -> one row each.
-
-    The per-point simulation lives here only, so another timing tier can replace it."""
-    scenario = _scenario_for(base, point["set"])
-    schedule = build_schedule(scenario, point["seed"], steps)
-    rows = []
-    for name in policies:
-        summary = run_policy(schedule, scenario, POLICIES[name], point["seed"], trace=False).summary
-        rows.append(
-            {
-                **{f"set.{k}": v for k, v in point["set"].items()},
-                "seed": point["seed"],
-                "scenario": base.name,
-                **_flat(summary),
-                **_timing_columns(scenario),
-            }
-        )
-    return rows
+    """One point of a sweep: its schedule, simulated under each policy -> one row each."""
+    return run_points(base, [(point, policies)], steps, engine)[0]
 
 
-def _task(scenario: str, point: dict[str, Any], policies: list[str], steps: int) -> list[dict]:
+def schedule_key(scenario: Scenario, seed: int) -> str:
+    """What a point's schedule depends on: the engine and workload sections and the seed
+    (``build_schedule`` reads no timing)."""
+    d = scenario.to_dict()
+    return json.dumps([d["engine"], d["workload"], seed], sort_keys=True, default=str)
+
+
+def run_points(
+    base: Scenario,
+    todo: list[tuple[dict[str, Any], list[str]]],
+    steps: int,
+    engine: str = ENGINES[0],
+) -> list[list[dict[str, Any]]]:
+    """Rows of several ``(point, policies)``, in ``todo``'s order: each distinct schedule is
+    built once, then its points are simulated under each policy (``engine``: the tier)."""
+    if engine not in ENGINES:
+        raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
+    scenarios = [_scenario_for(base, point["set"]) for point, _ in todo]
+    groups: dict[str, list[int]] = {}
+    for i, (point, _) in enumerate(todo):
+        groups.setdefault(schedule_key(scenarios[i], point["seed"]), []).append(i)
+    summaries: list[dict[str, dict]] = [{} for _ in todo]
+    for members in groups.values():
+        seed = todo[members[0]][0]["seed"]
+        schedule = build_schedule(scenarios[members[0]], seed, steps)
+        for name in dict.fromkeys(p for i in members for p in todo[i][1]):
+            who = [i for i in members if name in todo[i][1]]
+            if engine == "vector":
+                res = simulate_points(
+                    schedule,
+                    [scenarios[i].timing for i in who],
+                    POLICIES[name],
+                    seed,
+                    keep_reads=False,
+                    keep_timing=False,
+                )
+                for i, summary in zip(who, res.summaries, strict=True):
+                    summaries[i][name] = summary
+            else:
+                for i in who:
+                    summaries[i][name] = run_policy(
+                        schedule, scenarios[i], POLICIES[name], seed, trace=False
+                    ).summary
+    return [
+        [_row(base, point, scenarios[i], summaries[i][name]) for name in names]
+        for i, (point, names) in enumerate(todo)
+    ]
+
+
+def _row(base: Scenario, point: dict[str, Any], scenario: Scenario, summary: dict) -> dict:
+    return {
+        **{f"set.{k}": v for k, v in point["set"].items()},
+        "seed": point["seed"],
+        "scenario": base.name,
+        **_flat(summary),
+        **_timing_columns(scenario),
+    }
+
+
+def chunks(
+    base: Scenario, todo: list[tuple[dict[str, Any], list[str]]], parts: int = 1
+) -> list[list[tuple[dict[str, Any], list[str]]]]:
+    """``todo`` cut into work units: points of one schedule together, at most
+    :data:`CHUNK_POINTS` each, and each schedule's points over ``parts`` units at least
+    (where it has that many), so every Dask worker gets a share."""
+    groups: dict[str, list[tuple[dict[str, Any], list[str]]]] = {}
+    for item in todo:
+        key = schedule_key(_scenario_for(base, item[0]["set"]), item[0]["seed"])
+        groups.setdefault(key, []).append(item)
+    out = []
+    for items in groups.values():
+        size = min(CHUNK_POINTS, -(-len(items) // max(parts, 1)))
+        out += [items[i : i + size] for i in range(0, len(items), size)]
+    return out
+
+
+def _task(
+    scenario: str, todo: list[tuple[dict[str, Any], list[str]]], steps: int, engine: str
+) -> list[list[dict]]:
     """What a Dask worker runs: plain arguments in, plain rows out (no file I/O there, so a
     remote cluster needs no shared disk)."""
-    return run_point(load_scenario(scenario), point, policies, steps)
+    return run_points(load_scenario(scenario), todo, steps, engine)
 
 
 class Progress:
@@ -196,6 +274,8 @@ def _prepare(spec: SweepSpec, out: Path, log: Callable[[str], None]) -> None:
     for name in spec.policies:
         if name not in POLICIES:
             raise SpecraceError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    if spec.engine not in ENGINES:
+        raise SpecraceError(f"--engine {spec.engine!r}: expected {' or '.join(ENGINES)}")
     spec_path = out / "sweep.json"
     if spec_path.exists():
         on_disk = read_json(spec_path, "sweep spec")
@@ -205,6 +285,11 @@ def _prepare(spec: SweepSpec, out: Path, log: Callable[[str], None]) -> None:
             old = SweepSpec.from_json(on_disk)
         except (KeyError, TypeError, ValueError):
             raise SpecraceError(f"{spec_path}: not a sweep spec") from None
+        if old.engine != spec.engine:
+            raise SpecraceError(
+                f"{out} holds a sweep run with --engine {old.engine}: resume it with "
+                f"--engine {old.engine}, or use another --out"
+            )
         if not spec.extends(old):
             raise SpecraceError(
                 f"{out} holds a different sweep (an extension may only add grid values, "
@@ -258,8 +343,11 @@ def _point_path(out: Path, point: dict[str, Any], policy: str) -> Path:
 
 def _serial(spec: SweepSpec, todo: list) -> Iterator[tuple[dict, list[str], list[dict]]]:
     base = load_scenario(spec.scenario)
-    for point, names in todo:
-        yield point, names, run_point(base, point, names, spec.steps)
+    for chunk in chunks(base, todo):
+        for (point, names), rows in zip(
+            chunk, run_points(base, chunk, spec.steps, spec.engine), strict=True
+        ):
+            yield point, names, rows
 
 
 def _dask(
@@ -291,14 +379,16 @@ def _dask(
         )
         client = Client(cluster)
     try:
+        parts = sum(client.nthreads().values()) or 1
+        units = chunks(load_scenario(spec.scenario), todo, parts)
         futures = [
-            client.submit(_task, spec.scenario, point, names, spec.steps, pure=False)
-            for point, names in todo
+            client.submit(_task, spec.scenario, unit, spec.steps, spec.engine, pure=False)
+            for unit in units
         ]
-        which = {f.key: item for f, item in zip(futures, todo, strict=True)}
+        which = {f.key: unit for f, unit in zip(futures, units, strict=True)}
         for fut in as_completed(futures):
-            point, names = which[fut.key]
-            yield point, names, fut.result()
+            for (point, names), rows in zip(which[fut.key], fut.result(), strict=True):
+                yield point, names, rows
     finally:
         client.close()
         if cluster is not None:
@@ -349,17 +439,19 @@ def sweep_bench(
     points: int = 100,
     steps: int = 2000,
     policies: tuple[str, ...] = ("synced-gather",),
+    engine: str = ENGINES[0],
 ) -> dict[str, Any]:
     """``python -m sim bench --sweep``: a swarm sweep of ``points`` ``steps``-step qwen35-mtp3
-    runs in a temporary directory on ``workers`` (1: in this process), timed end to end
-    (cluster start included)."""
-    spec = SweepSpec("qwen35-mtp3", policies, (), points, 1, steps)
+    runs in a temporary directory on ``workers`` (1: in this process) with the ``engine``
+    tier, timed end to end (cluster start included)."""
+    spec = SweepSpec("qwen35-mtp3", policies, (), points, 1, steps, engine)
     with tempfile.TemporaryDirectory(prefix="specrace-sweep-bench-") as tmp:
         t0 = time.perf_counter()
         df = run_sweep(spec, Path(tmp), log=lambda _m: None, workers=workers)
         wall = time.perf_counter() - t0
     runs = len(df)
     return {
+        "engine": engine,
         "workers": workers,
         "points": points,
         "policies": len(policies),

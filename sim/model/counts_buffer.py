@@ -81,6 +81,6 @@ def apply_step(
 def gather(buf: np.ndarray, prev_positions: np.ndarray) -> np.ndarray:
     """The pre-fix gather of ``_prepare_inputs``: ``G[r] = B[prev_positions[r]]``, 1 if new."""
     new = prev_positions < 0
-    g = buf[np.where(new, 0, prev_positions)].copy()
+    g = buf[np.where(new, 0, prev_positions)]  # fancy indexing: already a copy
     g[new] = 1
     return g

@@ -176,14 +176,16 @@ def region_of(
 
     "prefill" means no context (num_computed == 0) whatever is scheduled.
     """
-    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0.
-    # Nested where: half the numpy calls of masked assignments (this runs every step).
-    regions = np.where(
-        num_computed <= 0,
-        3,
-        np.where(num_scheduled > threshold, 2, np.where(num_computed < num_prompt, 1, 0)),
-    )
-    return regions.astype(np.int32, copy=False)
+    return _regions(num_computed < num_prompt, num_scheduled > threshold, num_computed <= 0)
+
+
+def _regions(extend: np.ndarray, long_extend: np.ndarray, no_context: np.ndarray) -> np.ndarray:
+    # No context -> 3; else above the threshold -> 2; else prompt not done -> 1; else 0:
+    # later assignments win (this runs every step a batch is not all decodes).
+    regions = extend.astype(np.int32)
+    regions[long_extend] = 2
+    regions[no_context] = 3
+    return regions
 
 
 def reorder_batch_to_split_decodes_and_prefills(
@@ -202,17 +204,25 @@ def reorder_batch_to_split_decodes_and_prefills(
         sched = num_scheduled_tokens[:n]
     else:
         sched = np.array([num_scheduled_tokens[r] for r in batch.req_ids], dtype=np.int64)
-    regions = region_of(
-        sched, batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n], decode_threshold
-    )
-    if not (regions[1:] < regions[:-1]).any():  # already sorted: the common step
+    computed, prompt = batch.num_computed_tokens_cpu[:n], batch.num_prompt_tokens[:n]
+    cnz = np.count_nonzero
+    extend, long_extend, no_context = computed < prompt, sched > decode_threshold, computed <= 0
+    if n == 0 or (cnz(long_extend) == 0 and cnz(no_context) == 0 and cnz(extend) == 0):
+        return False  # every row decodes: one region, nothing to move (the common step)
+    regions = _regions(extend, long_extend, no_context)  # = region_of(...)
+    if cnz(regions[1:] < regions[:-1]) == 0:  # already sorted
         return False
-    counts = np.bincount(regions, minlength=4)
-    target = np.repeat(np.arange(4, dtype=np.int32), counts)
-    needs_swap = regions != target
-    orig = np.flatnonzero(needs_swap)
-    src_indices = orig[np.argsort(regions[needs_swap], kind="stable")]
-    src_dest = {int(s): int(d) for s, d in zip(src_indices, orig, strict=True)}
+    # Rows whose region differs from the sorted order's (orig), and the same rows ordered by
+    # region, stably (argsort kind="stable" of their regions). Most rows decode (region 0):
+    # the sorted order is n - len(other) zeros, then the other rows' regions sorted.
+    regs = regions.tolist()
+    other = np.flatnonzero(regions).tolist()
+    n0 = n - len(other)
+    tail = sorted(regs[i] for i in other)  # the sorted regions of rows n0..n-1
+    orig = [i for i in other if i < n0]
+    orig += [n0 + j for j, t in enumerate(tail) if regs[n0 + j] != t]
+    src_indices = sorted(orig, key=regs.__getitem__)
+    src_dest = dict(zip(src_indices, orig, strict=True))
     for src in list(src_dest):  # vLLM iterates the dict while updating values only
         dst = src_dest[src]
         while src != dst:

@@ -67,8 +67,8 @@ def _gather_from(src: np.ndarray, prev_positions: np.ndarray, num_reqs: int) -> 
     (v0.23.0 L2021-2046; v0.24.0 L2043-2065)."""
     pp = prev_positions[:num_reqs]
     if not (pp >= 0).any():
-        return src[:num_reqs].astype(np.int64)
-    return gather(src, pp).astype(np.int64)
+        return src[:num_reqs].copy()
+    return gather(src, pp)  # in src's dtype: the vector tier's int8 buffer is not widened
 
 
 def gather_write_back(buf, private, prev_positions, num_reqs):
@@ -103,7 +103,7 @@ def gather_private_write_back(buf, private, prev_positions, num_reqs):
     gathers it in place through ``prev_positions`` (new rows 1) and writes the result back
     into the InputBatch buffer; with no previous mapping every row is 1
     (``_sync_num_accepted_tokens``)."""
-    g = gather(private, prev_positions[:num_reqs]).astype(np.int64)  # rows, or (rows, points)
+    g = gather(private, prev_positions[:num_reqs])  # rows, or (rows, points)
     private[:num_reqs] = g
     buf[:num_reqs] = g
     return g

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,17 +168,31 @@ class Schedule:
         return {k: c.get(k, 0) for k in ("remove", "add", "move", "swap")}
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "steps": len(self.steps),
-            "requests_arrived": len(self.requests),
-            "requests_scheduled": len({r for s in self.steps for r in s.new}),
-            "requests_finished": sum(len(s.finished) for s in self.steps),
-            "row_ops": self.op_counts(),
-            "first_spec_steps": sum(
-                int(first_spec_rows(prev, cur).sum())
-                for prev, cur in zip(self.steps, self.steps[1:], strict=False)
-            ),
-        }
+        return steps_summary(len(self.requests), self.steps)
+
+
+def steps_summary(requests_arrived: int, steps: Iterable[StepRecord]) -> dict[str, Any]:
+    """:meth:`Schedule.summary` over steps that may come one at a time (a long schedule)."""
+    n = finished = first_spec = 0
+    scheduled: set[str] = set()
+    ops: Counter[str] = Counter()
+    prev: StepRecord | None = None
+    for cur in steps:
+        n += 1
+        scheduled.update(cur.new)
+        finished += len(cur.finished)
+        ops.update(op.kind for op in cur.ops)
+        if prev is not None:
+            first_spec += int(first_spec_rows(prev, cur).sum())
+        prev = cur
+    return {
+        "steps": n,
+        "requests_arrived": requests_arrived,
+        "requests_scheduled": len(scheduled),
+        "requests_finished": finished,
+        "row_ops": {k: ops.get(k, 0) for k in ("remove", "add", "move", "swap")},
+        "first_spec_steps": first_spec,
+    }
 
 
 def first_spec_rows(prev: StepRecord, cur: StepRecord) -> np.ndarray:
@@ -251,20 +266,29 @@ def check_schedule(schedule: Schedule, origin: str = "schedule") -> None:
     Replays every step's row operations on the previous step's layout and checks the result,
     ``prev_positions`` and the per-row arrays against it; the error names the step and field.
     """
+    for _ in checked_steps(schedule, schedule.steps, origin):
+        pass
+
+
+def checked_steps(
+    head: Schedule, steps: Iterable[StepRecord], origin: str = "schedule"
+) -> Iterator[StepRecord]:
+    """:func:`check_schedule` one step at a time: yields each step of ``steps`` (the steps of
+    ``head``'s scenario) once it has been checked, so a long schedule streams."""
     from sim.model.params import scenario_from_dict
 
-    if not isinstance(schedule.scenario, dict):
+    if not isinstance(head.scenario, dict):
         raise SpecraceError(f"{origin}: scenario must be a table")
-    raw = json.loads(json.dumps(schedule.scenario))  # tuples -> lists, as the file has them
+    raw = json.loads(json.dumps(head.scenario))  # tuples -> lists, as the file has them
     scenario = scenario_from_dict(raw, "schedule", f"{origin}: scenario")
-    if schedule.seed < 0:
+    if head.seed < 0:
         raise SpecraceError(f"{origin}: seed must be >= 0")
     max_rows = scenario.engine.max_num_seqs
     k = scenario.engine.num_speculative_tokens
     budget = scenario.engine.max_num_batched_tokens
     layout: list[str | None] = [None] * max_rows
     prev: StepRecord | None = None
-    for n, rec in enumerate(schedule.steps):
+    for n, rec in enumerate(steps):
 
         def bad(field: str, why: str, n: int = n) -> SpecraceError:
             return SpecraceError(f"{origin}: step {n}: {field}: {why}")
@@ -311,6 +335,7 @@ def check_schedule(schedule: Schedule, origin: str = "schedule") -> None:
             raise bad("prev_num_draft_tokens", f"needs one entry per previous row ({n_prev})")
         _check_range(bad, "prev_num_draft_tokens", rec.prev_num_draft_tokens, 0, k)
         prev = rec
+        yield rec
 
 
 def _check_range(bad, field: str, values: np.ndarray, lo: int, hi: int) -> None:
@@ -319,6 +344,12 @@ def _check_range(bad, field: str, values: np.ndarray, lo: int, hi: int) -> None:
 
 
 def read_schedule(path: Path) -> Schedule:
+    """``schedule.json``, or its compact binary form ``*.parquet``
+    (:mod:`sim.model.schedule_parquet`)."""
+    if path.suffix == ".parquet":
+        from sim.model.schedule_parquet import read_schedule_parquet
+
+        return read_schedule_parquet(path)
     try:
         text = path.read_text()
     except UnicodeDecodeError:

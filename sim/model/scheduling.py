@@ -26,16 +26,31 @@ version it replaced (tests/test_schedule.py's golden file; ``python -m sim bench
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model.input_batch import InputBatchRows, reorder_batch_to_split_decodes_and_prefills
+from sim.model.input_batch import (
+    InputBatchRows,
+    RowOp,
+    reorder_batch_to_split_decodes_and_prefills,
+)
 from sim.model.params import EngineParams, Scenario
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.workload import Request, draw_workload
+
+
+# any()/all() of a small bool array by count_nonzero: the methods cost four times as much
+# (a Python-level wrapper), and this runs several times per step.
+def _any(mask: np.ndarray) -> bool:
+    return bool(np.count_nonzero(mask))
+
+
+def _all(mask: np.ndarray) -> bool:
+    return np.count_nonzero(mask) == mask.size
 
 
 class _ReqStates:
@@ -50,18 +65,19 @@ class _ReqStates:
         # sim.explore.check passes int subclasses that record what the scheduler compares.
         self.output_len = [r.output_len for r in requests]
         # req.accepted of every request back to back: request i's j-th speculative step
-        # is accepted_flat[accepted_off[i] + j] while j < accepted_len[i], else 1.
+        # is accepted_flat[spec_pos[i]] (spec_pos[i] = its offset + j) while spec_pos[i] <
+        # accepted_end[i], else 1.
         lens = [len(r.accepted) for r in requests]
-        self.accepted_len = np.array(lens, dtype=np.int64)
-        self.accepted_off = np.cumsum(self.accepted_len) - self.accepted_len
+        self.accepted_end = np.cumsum(np.array(lens, dtype=np.int64))
         self.accepted_flat = (
             np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
             if n
             else np.zeros(0, np.int8)
         )
+        self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
         self.num_computed = np.zeros(n, dtype=np.int64)  # scheduler's optimistic view
         self.generated = np.zeros(n, dtype=np.int64)  # confirmed by update_from_output
-        self.spec_steps = np.zeros(n, dtype=np.int64)  # drafted steps so far
+        self.spec_pos = self.accepted_end - lens  # each request's offset + its drafted steps
         self.prefill_target = np.zeros(n, dtype=np.int64)  # prompt, or recompute
         self.prev_num_draft_len = np.zeros(n, dtype=np.int64)  # CachedRequestState's
         self.epoch = np.zeros(n, dtype=np.int64)  # bumped by preemption
@@ -69,7 +85,39 @@ class _ReqStates:
         self.running = np.zeros(n, dtype=bool)
 
 
-@dataclass
+class _Running:
+    """The running requests (indices, in admission order) and, built once per change, the
+    same as an array."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self._arr: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def array(self) -> np.ndarray:
+        if self._arr is None:
+            self._arr = np.array(self.ids, dtype=np.int64)
+        return self._arr
+
+    def append(self, i: int) -> None:
+        self.ids.append(i)
+        self._arr = None
+
+    def truncate(self, m: int) -> list[int]:
+        """Drop the requests from position ``m`` on; returns them."""
+        gone = self.ids[m:]
+        del self.ids[m:]
+        self._arr = None
+        return gone
+
+    def drop(self, gone: set[int]) -> None:
+        self.ids = [r for r in self.ids if r not in gone]
+        self._arr = None
+
+
+@dataclass(slots=True)
 class _Batch:
     """One step's scheduled requests (in scheduling order), kept until their output."""
 
@@ -79,6 +127,9 @@ class _Batch:
     drafts: np.ndarray
     accepted: np.ndarray
     samples: np.ndarray  # False for a partial prefill chunk (discarded row)
+    # Every request was running, decodes with k drafts and nobody was admitted: one region
+    # in the reorder (decode, or long_extend under threshold 1), every row samples.
+    uniform: bool = False
 
 
 def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
@@ -117,41 +168,72 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
     lag = 2 if eng.async_scheduling else 1
     st = _ReqStates(requests)
     ids = st.req_ids
+    n_req = len(ids)
+    id_index = {rid: i for i, rid in enumerate(ids)}
+    # Finishes by one array comparison where output_len are plain ints; sim.explore.check's
+    # probes (int subclasses that record each comparison) take the per-request loop.
+    out_arr = (
+        np.array(st.output_len, dtype=np.int64)
+        if all(type(x) is int for x in st.output_len)
+        else None
+    )
+    can_preempt = bool(eng.kv_cache_capacity_tokens)
     next_arrival = 0
     waiting: deque[int] = deque()
-    running: list[int] = []
+    running = _Running()
     in_flight: dict[int, _Batch] = {}
     batch = InputBatchRows(eng.max_num_seqs)
-    prev_map: dict[str, int] = {}
+    # The previous step's layout: row -> request (and its req_ids), and request -> row
+    # (-1: no row) and request -> row if that row sampled (prev_req_id_to_index).
+    prev_req_of_row = np.zeros(0, dtype=np.int64)
+    prev_row_ids: list[str] = []
+    row_arr = np.full(n_req, -1, dtype=np.int64)
+    prev_arr = np.full(n_req, -1, dtype=np.int64)
+    mark = np.zeros(n_req, dtype=bool)  # scratch: scheduled or finished this step
     prev_drafts_len = 0
 
     for step in range(num_steps):
         # update_from_output(step - lag): apply true accepted counts, detect finishes.
         finished: list[str] = []
+        done_rows: list[int] = []
         done = in_flight.pop(step - lag, None)
         if done is not None and len(done.idx):
             i = done.idx
-            live = st.epoch[i] == done.epoch  # else preempted since: the recompute supersedes
-            if live.all():  # no preemption since: every row applies (the common step)
+            # else preempted since: the recompute supersedes (no KV limit: no preemption)
+            live = st.epoch[i] == done.epoch if can_preempt else None
+            if done.uniform and live is None:  # k drafts each, every row samples
+                st.num_computed[i] -= (k + 1) - done.accepted  # the rejected drafts
+                st.generated[i] += done.accepted
+                cand = i
+            elif live is None or _all(live):  # no preemption since: every row applies
                 # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
                 st.num_computed[i] -= done.drafts - (done.accepted - 1)
-                st.generated[i] += np.where(done.samples, done.accepted, 0)
-                smp = done.samples
+                if _all(done.samples):
+                    st.generated[i] += done.accepted
+                    cand = i
+                else:
+                    st.generated[i] += np.where(done.samples, done.accepted, 0)
+                    cand = i[done.samples]
             else:
+                assert live is not None
                 d = live & (done.drafts > 0)
                 st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
                 smp = live & done.samples
                 st.generated[i[smp]] += done.accepted[smp]
-            out = st.output_len
-            done_rows = [
-                r
-                for r, g in zip(i[smp].tolist(), st.generated[i[smp]].tolist(), strict=True)
-                if g >= out[r] and st.running[r]
-            ]
+                cand = i[smp]
+            if out_arr is not None:
+                hit = (st.generated[cand] >= out_arr[cand]) & st.running[cand]
+                done_rows = cand[hit].tolist() if _any(hit) else []
+            else:
+                out = st.output_len
+                done_rows = [
+                    r
+                    for r, g in zip(cand.tolist(), st.generated[cand].tolist(), strict=True)
+                    if g >= out[r] and st.running[r]
+                ]
             if done_rows:
                 st.running[done_rows] = False
-                gone = set(done_rows)
-                running = [r for r in running if r not in gone]
+                running.drop(set(done_rows))
                 finished = [ids[r] for r in done_rows]
 
         while next_arrival < len(ids) and st.arrival_step[next_arrival] <= step:
@@ -161,43 +243,53 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             waiting.append(next_arrival)
             next_arrival += 1
 
-        sched, new_ids = _schedule_step(st, running, waiting, eng, k)
+        sched, new_ids, new_pos = _schedule_step(st, running, waiting, eng, k)
         in_flight[step] = sched
-        sched_idx = sched.idx.tolist()
-        sched_rids = [ids[r] for r in sched_idx]
+        idx = sched.idx
+        n = len(idx)
 
         # ---- worker: _update_states(step) ----
         batch.ops = []
         for req_id in finished:
             batch.remove_request(req_id)
-            prev_map.pop(req_id, None)
-        pos = {rid: j for j, rid in enumerate(sched_rids)}  # req_id -> position in sched
-        # vLLM iterates a set difference here (hash order); removal order does not change
-        # any row (the removed list is sorted), so we remove in row order.
-        unscheduled = [r for r in batch.req_ids if r not in pos]
-        for req_id in unscheduled:
-            batch.remove_request(req_id)
-            prev_map.pop(req_id, None)
+        # Rows of the previous layout whose request is neither scheduled nor finished, in row
+        # order. vLLM iterates a set difference here (hash order); removal order does not
+        # change any row (the removed list is sorted), so we remove in row order.
+        row_of = row_arr[idx]  # each scheduled request's row; removals move no row
+        absent = row_of < 0
+        any_absent = _any(absent)
+        if done_rows or any_absent or n != len(prev_row_ids):
+            mark[idx] = True
+            mark[done_rows] = True
+            gone_rows = np.flatnonzero(~mark[prev_req_of_row]).tolist()
+            mark[idx] = False
+            mark[done_rows] = False
+            unscheduled = [prev_row_ids[j] for j in gone_rows]
+            for req_id in unscheduled:
+                batch.remove_request(req_id)
+        else:  # the same requests as in the previous layout: nobody to remove
+            unscheduled = []
         prev_num_draft_tokens = np.zeros(prev_drafts_len, dtype=np.int64)
         # Each scheduled request's row in the previous step (prev_req_id_to_index), -1 if none.
-        get_prev = prev_map.get
-        prev_of = np.array([get_prev(rid, -1) for rid in sched_rids], dtype=np.int64)
-        new_set = set(new_ids)
-        to_add: list[int] = [pos[r] for r in new_ids]  # positions in sched
+        prev_of = prev_arr[idx]
+        to_add: list[int] = list(new_pos)  # positions in sched
         resumed: list[str] = []
         # The cached-request loop: requests still in the batch update their row; the others
         # (not new) were preempted and are re-added. A new request has no row either.
-        get_row = batch.req_id_to_index.get
-        row_of = np.array([get_row(rid, -1) for rid in sched_rids], dtype=np.int64)
-        absent = row_of < 0
-        if absent.any():
+        if any_absent:
+            new_set = set(new_ids)
             for j in np.flatnonzero(absent).tolist():
-                if sched_rids[j] not in new_set:
+                rid = ids[int(idx[j])]
+                if rid not in new_set:
                     to_add.append(j)
-                    resumed.append(sched_rids[j])
-        cached = ~absent
-        if cached.any():
-            ci = sched.idx[cached]
+                    resumed.append(rid)
+            cached = ~absent
+            any_cached = _any(cached)
+        else:
+            cached = slice(None)  # type: ignore[assignment]
+            any_cached = n > 0
+        if any_cached:
+            ci = idx[cached]
             prev_len = st.prev_num_draft_len[ci]
             if eng.async_scheduling:
                 prev_row = prev_of[cached]
@@ -205,34 +297,48 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 prev_num_draft_tokens[prev_row[use]] = prev_len[use]
             batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
         for j in to_add:
-            r = sched_idx[j]
-            batch.add_request(ids[r], int(st.prompt_len[r]), int(st.num_computed[r]))
+            a = int(idx[j])
+            batch.add_request(ids[a], int(st.prompt_len[a]), int(st.num_computed[a]))
         # Every scheduled request's prev_num_draft_len is now this step's drafts (a resumed
         # one was reset to 0 first, then set on add).
-        st.prev_num_draft_len[sched.idx] = sched.drafts
+        st.prev_num_draft_len[idx] = sched.drafts
         batch.condense()
         # Every row holds a scheduled request now: the reorder gets tokens per row.
-        index = batch.req_id_to_index
-        row_of = np.array([index[rid] for rid in sched_rids], dtype=np.int64)
-        n = len(row_of)
-        tokens_by_row = np.empty(n, dtype=np.int64)
-        tokens_by_row[row_of] = sched.num_tokens
-        if reorder_batch_to_split_decodes_and_prefills(
-            batch, tokens_by_row, eng.reorder_batch_threshold
+        if batch.ops:  # the layout changed: replay the row ops on row -> request
+            row_ids = batch.req_ids
+            layout = _replay(prev_req_of_row.tolist(), batch.ops, id_index)
+            req_of_row = np.array(layout[:n], dtype=np.int64)
+            row_arr[prev_req_of_row] = -1
+            row_arr[req_of_row] = np.arange(n)
+            row_of = row_arr[idx]
+        else:  # no row op: the previous layout, every scheduled request in its row
+            row_ids, req_of_row = list(prev_row_ids), prev_req_of_row
+        n_ops = len(batch.ops)
+        if sched.uniform:  # one region (see _Batch.uniform): the reorder moves nothing
+            pass
+        elif reorder_batch_to_split_decodes_and_prefills(
+            batch, _by_row(sched.num_tokens, row_of), eng.reorder_batch_threshold
         ):
-            row_of = np.array([index[rid] for rid in sched_rids], dtype=np.int64)
+            row_ids = batch.req_ids
+            row_arr[req_of_row] = -1
+            req_of_row = np.array(
+                _replay(req_of_row.tolist(), batch.ops[n_ops:], id_index), dtype=np.int64
+            )
+            row_arr[req_of_row] = np.arange(n)
+            row_of = row_arr[idx]
         batch.end_step()
 
-        row_ids = batch.req_ids
+        positions = np.arange(n)
         at = np.empty(n, dtype=np.int64)  # row -> position in sched
-        at[row_of] = np.arange(n)
-        samples = sched.samples[at]
+        at[row_of] = positions
+        samples = sched.samples if sched.uniform else sched.samples[at]  # uniform: all True
         # prev_req_id_to_index for the next step (StepRecord.prev_req_id_to_index).
-        if samples.all():
-            next_map = dict(zip(row_ids, range(n), strict=True))
+        prev_arr[prev_req_of_row] = -1
+        if sched.uniform or _all(samples):
+            prev_arr[req_of_row] = positions
         else:
-            keep = samples.tolist()
-            next_map = {r: i for i, (r, ok) in enumerate(zip(row_ids, keep, strict=True)) if ok}
+            keep = np.flatnonzero(samples)
+            prev_arr[req_of_row[keep]] = keep
         rec = StepRecord(
             step=step,
             finished=finished,
@@ -251,49 +357,55 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
         yield rec
-        prev_map = next_map
+        prev_req_of_row, prev_row_ids = req_of_row, row_ids
         prev_drafts_len = n
         # The scheduler's num_computed advances by what it scheduled (optimistic).
-        st.num_computed[sched.idx] += sched.num_tokens
+        st.num_computed[idx] += sched.num_tokens
 
 
 def _schedule_step(
-    st: _ReqStates, running: list[int], waiting: deque[int], eng: EngineParams, k: int
-) -> tuple[_Batch, list[str]]:
-    """FCFS: running requests first in admission order, then waiting ones."""
+    st: _ReqStates, running: _Running, waiting: deque[int], eng: EngineParams, k: int
+) -> tuple[_Batch, list[str], list[int]]:
+    """FCFS: running requests first in admission order, then waiting ones. Returns the
+    batch, the new requests' ids and their positions in it."""
     budget = eng.max_num_batched_tokens
     preempted: list[int] = []
     if eng.kv_cache_capacity_tokens and running:
         # Preempt the newest running requests until the next step fits (vLLM FCFS). A
         # victim leaves the sum, nobody else's need changes: prefix sums decide how many.
-        r = np.array(running, dtype=np.int64)
+        r = running.array()
         nc = st.num_computed[r]
         need = nc + np.where(nc < st.prefill_target[r], 0, 1 + k)
         total = np.cumsum(need).tolist()
         m = len(running)
         while m and total[m - 1] > eng.kv_cache_capacity_tokens:
             m -= 1
-        for v in running[m:][::-1]:  # popped newest first
+        for v in running.ids[m:][::-1]:  # popped newest first
             st.preempted[v] = True
             st.num_computed[v] = 0
             st.prefill_target[v] = st.prompt_len[v] + st.generated[v]
             st.epoch[v] += 1
             preempted.append(v)
-        del running[m:]
+        if m < len(running):
+            running.truncate(m)
         for v in reversed(preempted):
             waiting.appendleft(v)
 
     parts: list[tuple[np.ndarray, ...]] = []
+    steady = False
+    # Without a KV limit nothing is preempted: every epoch stays 0.
+    epoch_of = st.epoch.__getitem__ if eng.kv_cache_capacity_tokens else _zeros
     if running:
-        r = np.array(running, dtype=np.int64)
+        r = running.array()
         nc, tgt = st.num_computed[r], st.prefill_target[r]
         prefill = nc < tgt
-        if len(r) * (1 + k) <= budget and not prefill.any():
+        if len(r) * (1 + k) <= budget and not _any(prefill):
             # The steady state: every running request decodes with k drafts, and all fit.
             budget -= len(r) * (1 + k)
-            drafts = np.full(len(r), k, dtype=np.int64)
-            samples = np.ones(len(r), dtype=bool)
-            parts.append((r, st.epoch[r], drafts + 1, drafts, _accept(st, r, drafts), samples))
+            steady = k > 0
+            tokens, drafts, samples = _steady(len(r), k)
+            accepted = _accept(st, r, drafts) if k == 0 else _accept_k(st, r, k)
+            parts.append((r, epoch_of(r), tokens, drafts, accepted, samples))
         else:
             # Each running request takes its whole demand (the rest of its prefill, or
             # 1 + k) while the budget lasts; the first that does not fit takes what is left.
@@ -309,62 +421,118 @@ def _schedule_step(
             budget -= int(tokens.sum())
             drafts = np.where(prefill, 0, tokens - 1)
             samples = ~prefill | (nc + tokens >= tgt)
-            parts.append((r, st.epoch[r], tokens, drafts, _accept(st, r, drafts), samples))
+            parts.append((r, epoch_of(r), tokens, drafts, _accept(st, r, drafts), samples))
     new_ids: list[str] = []
+    new_pos: list[int] = []
+    pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
+    admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
         i = waiting.popleft()
         running.append(i)
         st.running[i] = True
         if not st.preempted[i]:
             new_ids.append(st.req_ids[i])
+            new_pos.append(pos)
+        pos += 1
         st.preempted[i] = False
         nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
-        item: tuple[int, int, bool]
+        item: tuple[int, int, int, bool]
         if nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
-            item = (0, tokens_i, nc_i + tokens_i >= tgt_i)
+            item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
             nd = min(k, budget - 1)
-            item = (nd, 1 + nd, True)
-        one = np.array([i], dtype=np.int64)
-        drafts_a = np.array([item[0]], dtype=np.int64)
+            item = (i, nd, 1 + nd, True)
+        admitted.append(item)
+        budget -= item[2]
+    if admitted:  # one part for all admitted requests (each request once: order-free draws)
+        a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*admitted, strict=True))
+        one = np.array(a_idx, dtype=np.int64)
+        drafts_a = np.array(a_drafts, dtype=np.int64)
         parts.append(
             (
                 one,
                 st.epoch[one],
-                np.array([item[1]], dtype=np.int64),
+                np.array(a_tokens, dtype=np.int64),
                 drafts_a,
                 _accept(st, one, drafts_a),
-                np.array([item[2]], dtype=bool),
+                np.array(a_samples, dtype=bool),
             )
         )
-        budget -= item[1]
     if not parts:
         z = np.zeros(0, dtype=np.int64)
-        return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids
-    cols = [np.concatenate(c) if len(parts) > 1 else c[0] for c in zip(*parts, strict=True)]
-    return _Batch(*cols), new_ids
+        return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
+    if len(parts) == 1:  # running or admitted requests only: no concatenation
+        idx, epoch, tokens, drafts, accepted, samples = parts[0]
+    else:
+        idx, epoch, tokens, drafts, accepted, samples = (
+            np.concatenate(c) for c in zip(*parts, strict=True)
+        )
+    uniform = steady and not admitted
+    return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
+
+
+def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
+    """Per-position ``values`` laid out by row."""
+    out = np.empty(len(values), dtype=values.dtype)
+    out[row_of] = values
+    return out
+
+
+def _replay(layout: list[int], ops: list[RowOp], id_index: dict[str, int]) -> list[int]:
+    """``layout`` (row -> request index, -1 for a hole) after ``ops``, as InputBatchRows
+    applied them: a handful of ops instead of a lookup per row."""
+    for op in ops:
+        if op.kind == "remove":
+            layout[op.a] = -1
+        elif op.kind == "add":
+            if op.a == len(layout):
+                layout.append(id_index[op.req_id])
+            else:
+                layout[op.a] = id_index[op.req_id]
+        elif op.kind == "move":
+            layout[op.b], layout[op.a] = layout[op.a], -1
+        else:
+            layout[op.a], layout[op.b] = layout[op.b], layout[op.a]
+    return layout
+
+
+def _zeros(r: np.ndarray) -> np.ndarray:
+    return _steady(len(r), 0)[1]  # k = 0 drafts: zeros
+
+
+@functools.cache
+def _steady(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A steady step's tokens (1 + k), drafts (k) and samples (all) for ``n`` requests:
+    built once per size, read-only (every user copies or indexes them)."""
+    out = (np.full(n, 1 + k, np.int64), np.full(n, k, np.int64), np.ones(n, dtype=bool))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _accept_k(st: _ReqStates, r: np.ndarray, k: int) -> np.ndarray:
+    """:func:`_accept` of requests that all take ``k`` > 0 drafts."""
+    at = st.spec_pos[r]
+    st.spec_pos[r] = at + 1
+    drawn = at < st.accepted_end[r]
+    if _all(drawn):
+        if st.accepted_max <= 1 + k:  # drawn with k drafts: nothing to cap
+            return st.accepted_flat[at].astype(np.int64)
+        return np.minimum(st.accepted_flat[at], np.int64(1 + k))
+    accepted = np.ones(len(r), dtype=np.int64)
+    accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + k)
+    return accepted
 
 
 def _accept(st: _ReqStates, r: np.ndarray, drafts: np.ndarray) -> np.ndarray:
     """True accepted counts (Request.accepted_at) of requests ``r`` taking ``drafts`` drafts;
     a drafted step advances the request's speculative-step index."""
-    has = drafts > 0
-    if len(r) and has.all():  # the steady state: every request drafts
-        ss = st.spec_steps[r]
-        st.spec_steps[r] = ss + 1
-        drawn = ss < st.accepted_len[r]
-        if drawn.all():
-            return np.minimum(st.accepted_flat[st.accepted_off[r] + ss], 1 + drafts)
-        accepted = np.ones(len(r), dtype=np.int64)
-        flat = st.accepted_flat[st.accepted_off[r[drawn]] + ss[drawn]]
-        accepted[drawn] = np.minimum(flat, 1 + drafts[drawn])
-        return accepted
     accepted = np.ones(len(r), dtype=np.int64)
-    if has.any():
-        ss = st.spec_steps[r]
-        drawn = has & (ss < st.accepted_len[r])
-        flat = st.accepted_flat[st.accepted_off[r[drawn]] + ss[drawn]]
-        accepted[drawn] = np.minimum(flat, 1 + drafts[drawn])
-        st.spec_steps[r[has]] += 1
+    has = drafts > 0
+    if _any(has):
+        at = st.spec_pos[r]
+        drawn = has & (at < st.accepted_end[r])
+        accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + drafts[drawn])
+        st.spec_pos[r[has]] += 1
     return accepted

@@ -133,6 +133,10 @@ class PointsResult:
     sim_time_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     reads: pd.DataFrame | None = None  # READ_COLUMNS_POINTS, sorted by (point, step, row)
     summaries: list[dict] = field(default_factory=list)  # per point, as reads.summarize
+    # Per point, for rates over steps (sim.resolve.risk): steps with a GPU-wrong read, and
+    # GPU-wrong reads by hazard kind (sorted by kind, zeros left out).
+    gpu_wrong_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gpu_wrong_by_kind: list[dict[str, int]] = field(default_factory=list)
 
 
 def _check(timings: Sequence[TimingParams]) -> None:
@@ -302,7 +306,7 @@ def simulate_points(
         if np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0)):
             raise SpecraceError(
                 f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
-                "tier needs the landing to be a GPU completion (use the SimPy tier)"
+                "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
             )
         land = _mx(w, fwd_end) + d_sample + d_d2h
         valid_end = _mx(_mx(w, valid_free), land) + m.jit(
@@ -341,6 +345,11 @@ def simulate_points(
             on_reads(acc.table())
     else:
         res.reads = acc.table() if keep_reads else None
+    res.gpu_wrong_steps = acc.gpu_steps
+    order = sorted(range(1, len(KINDS)), key=lambda k: KINDS[k])
+    res.gpu_wrong_by_kind = [
+        {KINDS[k]: col[k] for k in order if col[k]} for col in acc.gpu_kind.T.tolist()
+    ]
     res.summaries = acc.summaries(
         np.broadcast_to(fwd_first, (P,)),
         np.broadcast_to(fwd_last, (P,)),
@@ -378,6 +387,21 @@ def _apply_op(buf: np.ndarray, op) -> None:
         buf[[op.a, op.b]] = buf[[op.b, op.a]]  # fancy index: a copy, so no aliasing
 
 
+def _nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a C-contiguous 2-D bool mask with few True entries, in the same
+    (row-major) order: the mask is scanned eight bytes at a time, and only the words that
+    hold a True are looked into (several times faster on a sparse mask)."""
+    flat = mask.reshape(-1)
+    words = np.zeros(0, dtype=np.intp)
+    if flat.size % 8 == 0 and mask.flags.c_contiguous:
+        words = np.flatnonzero(flat.view(np.uint64))
+    if flat.size % 8 or not mask.flags.c_contiguous or words.size * 64 > flat.size:
+        rows, cols = np.nonzero(mask)  # not sparse, or not viewable as words
+        return rows, cols
+    w_i, b_i = np.nonzero(flat.reshape(-1, 8)[words])
+    return np.divmod(words[w_i] * 8 + b_i, mask.shape[1])
+
+
 def _count(mask: np.ndarray) -> np.ndarray:
     """True entries per point of a (reads, points) mask: a row-wise sum in the narrowest
     dtype that cannot overflow (count_nonzero along an axis casts every element to intp)."""
@@ -400,6 +424,8 @@ class _Accumulator:
         self.gpu_wrong = np.zeros(P, np.int64)
         self.lost = np.zeros(P, np.int64)
         self.by_kind = np.zeros((len(KINDS), P), np.int64)
+        self.gpu_kind = np.zeros((len(KINDS), P), np.int64)  # GPU-wrong reads by kind
+        self.gpu_steps = np.zeros(P, np.int64)  # steps with a GPU-wrong read
         self.points = np.arange(P)
         self.req_index: dict[str, int] = {}
         self.corrupted: list[np.ndarray] = []  # (point, request index) pairs, GPU-wrong
@@ -450,6 +476,8 @@ class _Accumulator:
         self.lost += _count(lost_first)
         n_wrong = _count(wrong)
         self.by_kind[kind, self.points] += n_wrong  # one (kind, point) per point: no repeats
+        self.gpu_kind[kind, self.points] += n_gpu_wrong
+        self.gpu_steps += n_gpu_wrong > 0
         if n_gpu_wrong.any():
             r_idx, p_idx = np.nonzero(gpu_wrong)
             self._corrupt(cur, rows[r_idx], p_idx)
@@ -495,20 +523,23 @@ class _Accumulator:
         probe_gpu = np.asarray(self.pol.gpu_consumed(true, true, participating))
         if (probe_gpu != true).any() or np.asarray(self.pol.cpu_wrong(true, true)).any():
             return False
-        mis = cpu_rows != true[:, None]
+        mis = cpu_rows != true.astype(cpu_rows.dtype)[:, None]  # int8: no widening
         n_mis = int(np.count_nonzero(mis))
         if n_mis > self.SPARSE_MAX * nr * P:
             return False
         if n_mis == 0:
             return True
-        r_idx, p_idx = np.nonzero(mis)
+        r_idx, p_idx = _nonzero_2d(mis)
         c, t = cpu_rows[r_idx, p_idx], true[r_idx]
         g = np.asarray(self.pol.gpu_consumed(c, t, participating[r_idx]))
         cw = np.broadcast_to(np.asarray(self.pol.cpu_wrong(c, t)), (n_mis,))
         gw = g != t
         lost = gw & (prev_drafts[r_idx] == 0) & (g > 1)
         self.cpu_wrong += np.bincount(p_idx[cw], minlength=P)
-        self.gpu_wrong += np.bincount(p_idx[gw], minlength=P)
+        n_gw = np.bincount(p_idx[gw], minlength=P)
+        self.gpu_wrong += n_gw
+        self.gpu_kind[kind, self.points] += n_gw
+        self.gpu_steps += n_gw > 0
         self.lost += np.bincount(p_idx[lost], minlength=P)
         self.by_kind[kind, self.points] += np.bincount(p_idx[cw | gw], minlength=P)
         if gw.any():

@@ -11,8 +11,9 @@ tokens/s, cheapest safe first.
 A *generation* is a request that consumed at least one accepted count; it is *corrupted*
 when the GDN kernel consumed at least one wrong count for it. The interval treats
 generations as independent trials (they share a schedule within a run, so it is a little
-optimistic). :func:`simulate_rates` is the one call into the timing model, so a faster tier
-with identical verdicts can replace it.
+optimistic). :func:`simulate_rates` is the one call into the timing model: ``engine``
+``vector`` (the default, :func:`sim.model.vector.simulate_points`, no per-read table) or
+``simpy`` (the reference); both give the same estimate (tests/test_risk.py).
 """
 
 from __future__ import annotations
@@ -21,15 +22,21 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from sim.errors import SpecraceError
 from sim.model.params import Scenario, load_scenario
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
+from sim.model.vector import simulate_points
 from sim.resolve.check import check_policy
 from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import FACTS
 from sim.resolve.resolution import Resolution, VllmSetup, resolve
 from sim.runs.run import run_policy
+
+ENGINES = ("vector", "simpy")  # timing tiers; the first is the default
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_SCENARIO = "qwen35-mtp3"
@@ -87,24 +94,46 @@ class RateEstimate:
         return self.corrupted == 0
 
 
-def simulate_rates(scenario: Scenario, policy: Policy, seeds: int, steps: int) -> RateEstimate:
+def generations(schedule: Schedule) -> int:
+    """Requests that consume at least one accepted count (have a read): timing-free."""
+    ids: set[str] = set()
+    for rec in schedule.steps[1:]:
+        ids.update(rec.req_ids[r] for r in np.flatnonzero(rec.prev_positions >= 0).tolist())
+    return len(ids)
+
+
+def simulate_rates(
+    scenario: Scenario, policy: Policy, seeds: int, steps: int, engine: str = ENGINES[0]
+) -> RateEstimate:
     """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them."""
+    if engine not in ENGINES:
+        raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
     gens = corrupted = wrong_steps = gpu_wrong = lost = total_steps = 0
     by_kind: dict[str, int] = {}
     step_ns = tok = 0.0
     for seed in range(seeds):
         sched = build_schedule(scenario, seed, steps)
-        run = run_policy(sched, scenario, policy, seed, trace=False)
-        reads, s = run.reads, run.summary
-        gens += int(reads["req_id"].nunique())
+        if engine == "vector":
+            res = simulate_points(
+                sched, [scenario.timing], policy, seed, keep_reads=False, keep_timing=False
+            )
+            s = res.summaries[0]
+            gens += generations(sched)
+            wrong_steps += int(res.gpu_wrong_steps[0])
+            kinds = res.gpu_wrong_by_kind[0]
+        else:
+            run = run_policy(sched, scenario, policy, seed, trace=False)
+            reads, s = run.reads, run.summary
+            gens += int(reads["req_id"].nunique())
+            wrong_steps += int(reads.loc[reads["gpu_wrong"], "step"].nunique())
+            counts = reads.loc[reads["gpu_wrong"], "kind"].value_counts()
+            kinds = {str(k): int(n) for k, n in counts.items()}
         corrupted += int(s["corrupted_requests"])
-        wrong_steps += int(reads.loc[reads["gpu_wrong"], "step"].nunique())
         gpu_wrong += int(s["gpu_wrong"])
         lost += int(s["prompt_state_lost"])
         total_steps += int(s["steps"])
-        kinds = reads.loc[reads["gpu_wrong"], "kind"].value_counts()
         for k, n in kinds.items():
-            by_kind[str(k)] = by_kind.get(str(k), 0) + int(n)
+            by_kind[k] = by_kind.get(k, 0) + n
         step_ns += s["mean_step_ns"]
         tok += s["tokens_per_s"]
     lo, hi = wilson(corrupted, gens)
@@ -274,6 +303,7 @@ def assess(
     policy: str = "",
     mitigations: bool = True,
     gpu_timing: str = "roofline",
+    engine: str = ENGINES[0],
 ) -> RiskReport:
     """Resolve, simulate and rank the mitigations (see the module docstring)."""
     if seeds < 1 or steps < 2:
@@ -310,7 +340,7 @@ def assess(
         key = (r.policy, r.async_scheduling, r.prefix_caching)
         if key not in cache:
             sc = build_scenario(r, overrides)
-            cache[key] = simulate_rates(sc, policy_object(r.policy), seeds, steps)
+            cache[key] = simulate_rates(sc, policy_object(r.policy), seeds, steps, engine)
         return cache[key]
 
     base = estimate(res)

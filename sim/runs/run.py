@@ -4,16 +4,17 @@ Run directory (data/README.md): ``meta.json``, ``schedule.json``, ``trace.parque
 ``reads.parquet``; with ``--policy all`` one sub-directory per policy beside a shared
 ``schedule.json`` and ``comparison.json``. Every file is written atomically.
 
-:func:`run_streaming` is the long-run form: the schedule is generated, written and simulated
-one step at a time (the vector tier, exact to the SimPy tier read by read) and the reads go
-to Parquet in row groups, so memory stays bounded whatever the step count (no trace).
+:func:`run_streaming` is the long-run form (``python -m sim run --stream``): the schedule is
+generated (or read), written and simulated one step at a time (the vector tier, exact to the
+SimPy tier read by read) and the reads go to Parquet in row groups, so memory stays bounded
+whatever the step count (no trace).
 """
 
 from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,19 @@ def run_policy(
     reads = build_reads(schedule, model)
     summary = summarize(reads, model, schedule)
     return RunResult(summary["policy"], summary, reads, build_trace(model) if trace else None)
+
+
+def run_policy_vector(
+    schedule: Schedule, scenario: Scenario, policy: Policy, seed: int
+) -> RunResult:
+    """:func:`run_policy` on the vector tier (``run --engine vector``): the same summary and
+    reads (tests/test_long_runs.py holds them to the same bytes), no trace."""
+    res = simulate_points(
+        schedule, [scenario.timing], policy, seed, keep_reads=True, keep_timing=False
+    )
+    assert res.reads is not None
+    reads = res.reads.drop(columns="point").reset_index(drop=True).astype(READ_COLUMNS)
+    return RunResult(res.summaries[0]["policy"], res.summaries[0], reads, None)
 
 
 def write_parquet(path: Path, df: pd.DataFrame) -> None:
@@ -85,33 +99,61 @@ def write_run(
 
 
 def run_streaming(
-    out: Path, scenario: Scenario, policy: Policy, seed: int, steps: int, batch_steps: int = 1024
+    out: Path,
+    scenario: Scenario,
+    policy: Policy,
+    seed: int,
+    steps: int,
+    batch_steps: int = 1024,
+    schedule_format: str = "json",
+    source: tuple[Schedule, Iterator[StepRecord], int] | None = None,
 ) -> dict:
-    """One policy over ``steps`` steps in bounded memory: ``schedule.json`` (the same bytes
-    as :func:`sim.model.schedule.dumps`), ``reads.parquet`` (one row group per
-    ``batch_steps`` steps; the same rows as :func:`run_policy`'s) and ``meta.json``. Returns
-    the summary (that of :func:`sim.model.reads.summarize`)."""
-    head, step_iter = iter_schedule(scenario, seed, steps)
+    """One policy over ``steps`` steps in bounded memory: the schedule (``schedule.json``,
+    the same bytes as :func:`sim.model.schedule.dumps`, or with ``schedule_format``
+    "parquet" its compact form ``schedule.parquet``), ``reads.parquet`` (one row group per
+    ``batch_steps`` steps; the same rows as :func:`run_policy`'s) and ``meta.json``. The
+    steps are generated from the scenario, or come from ``source`` (header, steps, count:
+    :func:`sim.model.schedule_parquet.open_schedule_parquet`). Returns the summary (that
+    of :func:`sim.model.reads.summarize`)."""
+    if schedule_format not in ("json", "parquet"):
+        raise ValueError(f"schedule_format {schedule_format!r}")
+    head, step_iter, steps = source if source is not None else (
+        *iter_schedule(scenario, seed, steps), steps
+    )  # fmt: skip
     summary: dict = {}
 
-    def write_reads(reads_tmp: Path) -> None:
-        def write_schedule(sched_tmp: Path) -> None:
-            with sched_tmp.open("w") as f, _ParquetSink(reads_tmp) as sink:
-                res = simulate_points(
-                    head,
-                    [scenario.timing],
-                    policy,
-                    seed,
-                    keep_reads=False,
-                    keep_timing=False,
-                    steps=_tee_schedule(head, step_iter, f),
-                    n_steps=steps,
-                    on_reads=sink,
-                    batch_steps=batch_steps,
-                )
-            summary.update(res.summaries[0])
+    def simulate(steps_in: Iterable[StepRecord], reads_tmp: Path) -> None:
+        with _ParquetSink(reads_tmp) as sink:
+            res = simulate_points(
+                head,
+                [scenario.timing],
+                policy,
+                seed,
+                keep_reads=False,
+                keep_timing=False,
+                steps=steps_in,
+                n_steps=steps,
+                on_reads=sink,
+                batch_steps=batch_steps,
+            )
+        summary.update(res.summaries[0])
 
-        atomic_write(out / "schedule.json", write_schedule)
+    def write_reads(reads_tmp: Path) -> None:
+        if schedule_format == "json":
+
+            def write_json_schedule(sched_tmp: Path) -> None:
+                with sched_tmp.open("w") as f:
+                    simulate(_tee_schedule(head, step_iter, f), reads_tmp)
+
+            atomic_write(out / "schedule.json", write_json_schedule)
+        else:
+            from sim.model.schedule_parquet import ScheduleWriter, tee
+
+            def write_parquet_schedule(sched_tmp: Path) -> None:
+                with ScheduleWriter(sched_tmp, head) as w:
+                    simulate(tee(w, step_iter), reads_tmp)
+
+            atomic_write(out / "schedule.parquet", write_parquet_schedule)
 
     atomic_write(out / "reads.parquet", write_reads)
     write_json(
