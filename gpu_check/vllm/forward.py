@@ -5,37 +5,43 @@ Unlike :mod:`gpu_check.vllm.agreement` (which replays vLLM's own schedule with t
 landing of every step), nothing per step is taken from the measurement here: the schedule is
 sim's (:func:`sim.model.scheduling.build_schedule` on the configuration's 192 requests,
 :func:`gpu_check.vllm.config.workload`), the timing is one calibrated set per (vLLM release,
-``max_num_seqs``), and the landing of every copy is whatever the SimPy model makes of them.
+``mamba_cache_mode``, ``max_num_seqs``), and the landing of every copy is whatever the SimPy
+model makes of them.
 
 Calibration (:func:`calibrate`; every median is over steps >= 2 of the named configurations,
 read from the raw step records ``<run>/raw/raw_*.json.gz``):
 
-- host costs of a group (release, max_num_seqs) come from its configurations **without added
-  GPU delay** (delay 0), both modes. Row ops: median span of each ``remove``/``add``/``swap``;
-  a condense move is a ``condense`` call's span over its moves. ``_update_states`` minus its
-  ops is fitted linearly against the cached requests of the step (intercept ->
-  ``worker_refresh_metadata_ns``, slope -> ``worker_cached_loop_ns_per_req``).
-  ``worker_prepare_inputs_ns`` is twice the median end of ``_update_states`` -> read (sim
-  splits it around the read). The rest of the host step is measured in two spans, on steps
-  whose copy had landed by ``_update_states`` (no wait in them): read -> the counts D2H issued
-  (prepare, the eager forward launch, sampler) becomes ``worker_sample_tokens_ns`` (less the
-  second half of prepare and the H2D issue), so the GPU forward runs while it is launched as
-  it does in eager mode; D2H issued -> the next ``_update_states`` (drafter launch, engine
-  core's update_from_output and schedule, one thread in-process) becomes
-  ``worker_rpc_dispatch_ns``. The engine core's own costs and IPCs are 0: the in-process engine
-  shares the worker's thread, so they are inside that span. ``worker_launch_ns`` is 0 (its cost
-  is in ``worker_sample_tokens_ns``).
-- ``jitter_frac`` is the spread of the read -> D2H span, the longest single duration:
-  (p90 - p10) / (1.6 * median), the width of a uniform ±f. Stalls: the share of steps longer
-  than 1.5x the median step interval, and the median excess of those.
-- the GPU: one line for every release, fitted on the configurations where the copy landed
-  before ``_update_states`` in fewer than 10 % of the steps (GPU-bound; only 0.24.0 has them):
-  median step interval = ``slope * delay + a_seqs`` (least squares, one slope, an intercept per
-  ``max_num_seqs``). In a GPU-bound step the default stream is never idle, so the interval is
-  prep + forward + sample + drafter; the two intercepts give ``gpu_forward_ns_per_token``
-  (their difference over the difference of the median scheduled tokens per step) and
-  ``gpu_forward_ns_base`` at delay 0 (what remains after the priors for prep, sample and
-  drafter, which these host-side records cannot separate). A configuration's forward is
+- host costs of a group (release, ``mamba_cache_mode``, max_num_seqs) come from its
+  configurations **without added GPU delay** (delay 0). Row ops: median span of each
+  ``remove``/``add``/``swap``; a condense move is a ``condense`` call's span over its moves.
+  ``_update_states`` minus its ops is fitted linearly against the cached requests of the step
+  (intercept -> ``worker_refresh_metadata_ns``, slope -> ``worker_cached_loop_ns_per_req``).
+  ``worker_prepare_inputs_ns`` is twice the median gap ``_update_states`` end ->
+  ``_prepare_inputs`` start (sim splits it around the read, which sim places there). The rest
+  of the host step is measured in three spans, on steps whose copy had landed by
+  ``_update_states`` (no wait in them): ``_prepare_inputs`` itself (its start -> end) becomes
+  ``worker_launch_ns`` (less the second half of prepare and the H2D issue): host work after
+  the read and before the forward is enqueued; ``_prepare_inputs`` end -> the counts D2H issued
+  (the eager forward launch, the sampler) becomes ``worker_sample_tokens_ns``, so the GPU
+  forward runs while it is being launched, as it does in eager mode; D2H issued -> the next
+  ``_update_states`` (drafter launch, engine core's update_from_output and schedule, one
+  thread in-process) becomes ``worker_rpc_dispatch_ns``. The engine core's own costs and
+  IPCs are 0: the in-process engine shares the worker's thread, so they are inside that span.
+- ``jitter_frac``: the spread of the longest single span (``_prepare_inputs`` end -> D2H),
+  (p90 - p10) / (1.6 * median), the width of a uniform ±f, per configuration on its
+  full-batch steps (``num_reqs == max_num_seqs``; the span is bimodal in the batch size, about
+  7 ms below ~12 of 16 rows and 11-12 ms above, which sim's constant cannot follow), median
+  over the group's configurations. Stalls: per configuration, the share of steps longer than
+  1.5x its median step interval and their median excess; median over the configurations.
+- the GPU: one line for every release, fitted on the align configurations where the copy
+  landed before ``_update_states`` in fewer than 10 % of the steps (GPU-bound; only 0.24.0 has
+  them): median step interval = ``slope * delay + a_seqs`` (least squares, one slope, an
+  intercept per ``max_num_seqs``). GPU-bound, align's host waits for the copy, then spends the
+  gap (prepare/2 + H2D + ``worker_launch_ns`` of the 0.24.0 align group) before it enqueues the
+  next forward; the drafter runs in that gap. So ``a_seqs`` - gap = prep + forward + sample;
+  the two give ``gpu_forward_ns_per_token`` (difference over the difference of the median
+  scheduled tokens per step) and ``gpu_forward_ns_base`` at delay 0 (after the priors for prep
+  and sample, which these host-side records cannot separate). A configuration's forward is
   ``gpu_forward_ns_base + slope * gpu_delay_ns``.
 - ``dma_land_delay_ns``, ``worker_event_sync_ns``, ``worker_copy_to_gpu_ns``: the built-in
   ``h200`` timing file (`gpu_check calibrate` on the same GPU model); the polls of these runs do
@@ -85,7 +91,7 @@ MEASURED_ON_H200 = ("dma_land_delay_ns", "worker_event_sync_ns", "worker_copy_to
 PRIORS = ("gpu_prep_ns", "gpu_sample_ns", "gpu_drafter_ns")
 ZEROED = (
     "engine_output_ipc_ns", "engine_update_ns_per_req", "engine_schedule_ns_base",
-    "engine_schedule_ns_per_req", "engine_input_ipc_ns", "worker_launch_ns",
+    "engine_schedule_ns_per_req", "engine_input_ipc_ns",
 )  # fmt: skip
 MAX_STEPS = 2000
 
@@ -162,7 +168,8 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
                 "ops_ns": int(sum(o[5] - o[4] for o in ops)),
                 "update_states_ns": int(s["t_us_end"] - s["t_us_start"]),
                 "prepare_1_ns": int(s["t_read"] - s["t_us_end"]),
-                "read_to_d2h_ns": int(s["t_d2h_issued"] - s["t_read"]),
+                "prepare_inputs_ns": int(s["t_read_end"] - s["t_read"]),
+                "launch_to_d2h_ns": int(s["t_d2h_issued"] - s["t_read_end"]),
                 "d2h_to_update_ns": int(s["t_us_start"] - prev["t_d2h_issued"]),
                 "interval_ns": int(s["t_enter"] - prev["t_enter"]),
                 "entry": bool(s.get("landed_at_update_states")),
@@ -194,29 +201,49 @@ def _median(xs: Iterable[float]) -> int:
 
 # -- calibration ------------------------------------------------------------------------------
 def calibrate(configs: list[Measured]) -> dict[str, Any]:
-    """The calibrated timing of every (release, max_num_seqs) group and the GPU line."""
+    """The calibrated timing of every (release, mode, max_num_seqs) group and the GPU line."""
     raws = {c.folder: load_raw(c.raw_path) for c in configs}
     spans = {c.folder: step_spans(raws[c.folder]) for c in configs}
     measured = timing_file_overrides(["h200"]).items()
     h200 = {k.split(".", 1)[1]: int(json.loads(v)) for k, v in measured}
     prior = TimingParams()
-    gpu = _gpu_line(configs, spans, prior)
     groups: dict[str, Any] = {}
     for group in sorted({c.group for c in configs}):
         base = [c for c in configs if c.group == group and c.gpu_delay_us == 0]
-        if not base:
-            continue
-        groups[group_name(group)] = _host(base, raws, spans, h200, prior, gpu)
+        if base:
+            groups[group_name(group)] = _host(base, raws, spans, h200, prior)
+    gpu = _gpu_line(configs, spans, prior, groups)
+    for g in groups.values():
+        g["timing"]["gpu_forward_ns_base"] = gpu["gpu_forward_ns_base"]
+        g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
+        g["timing"] = dict(sorted(g["timing"].items()))
     return {"gpu": gpu, "groups": groups}
 
 
 def _gpu_line(
-    configs: list[Measured], spans: dict[Path, pd.DataFrame], prior: TimingParams
+    configs: list[Measured],
+    spans: dict[Path, pd.DataFrame],
+    prior: TimingParams,
+    groups: dict[str, Any],
 ) -> dict[str, Any]:
-    bound = [c for c in configs if spans[c.folder]["entry"].mean() < GPU_BOUND_ENTRY_FRACTION]
+    bound = [
+        c
+        for c in configs
+        if c.mode == "align" and spans[c.folder]["entry"].mean() < GPU_BOUND_ENTRY_FRACTION
+    ]
     seqs = sorted({c.max_num_seqs for c in bound})
     if len(seqs) < 2 or len({c.gpu_delay_us for c in bound}) < 2:
         raise SpecraceError("the GPU line needs GPU-bound runs at two delays and two concurrencies")
+    # the host gap between the copy landing (align waits for it) and the next forward's launch
+    gap = {}
+    for s in seqs:
+        name = group_name((bound[0].vllm, "align", s))
+        if name not in groups:
+            raise SpecraceError(f"the GPU line needs a delay-0 run of {name}")
+        t = groups[name]["timing"]
+        gap[s] = (
+            t["worker_prepare_inputs_ns"] // 2 + t["worker_copy_to_gpu_ns"] + t["worker_launch_ns"]
+        )
     x = np.array(
         [[c.gpu_delay_us * 1e3] + [float(c.max_num_seqs == s) for s in seqs] for c in bound]
     )
@@ -230,13 +257,15 @@ def _gpu_line(
         for s in seqs
     }  # fmt: skip
     lo, hi = seqs[0], seqs[-1]
-    per_token = (intercepts[hi] - intercepts[lo]) / (tokens[hi] - tokens[lo])
-    others = prior.gpu_prep_ns + prior.gpu_sample_ns + prior.gpu_drafter_ns
-    fwd_base = intercepts[lo] - per_token * tokens[lo] - others
+    gpu_ns = {s: intercepts[s] - gap[s] for s in seqs}  # the GPU's part of the step at delay 0
+    per_token = (gpu_ns[hi] - gpu_ns[lo]) / (tokens[hi] - tokens[lo])
+    # the drafter runs while the host prepares the next step (gap > drafter): not in the line
+    fwd_base = gpu_ns[lo] - per_token * tokens[lo] - prior.gpu_prep_ns - prior.gpu_sample_ns
     return {
         "configs": [f"{c.run}/{c.folder.name}" for c in bound],
         "slope": round(slope, 4),
         "intercept_ns": {str(s): int(round(v)) for s, v in intercepts.items()},
+        "host_gap_ns": {str(s): int(v) for s, v in gap.items()},
         "tokens_per_step": {str(s): tokens[s] for s in seqs},
         "gpu_forward_ns_per_token": int(round(per_token)),
         "gpu_forward_ns_base": int(round(fwd_base)),
@@ -250,7 +279,6 @@ def _host(
     spans: dict[Path, pd.DataFrame],
     h200: dict[str, int],
     prior: TimingParams,
-    gpu: dict[str, Any],
 ) -> dict[str, Any]:
     ops: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
     for c in base:
@@ -261,11 +289,12 @@ def _host(
     per_req, intercept = np.polyfit(t["n_cached"].to_numpy(np.float64), rest, 1)
     prepare = 2 * _median(t["prepare_1_ns"])
     calm = t[t["entry"]]
-    p50 = float(np.median(calm["read_to_d2h_ns"]))
+    launch = _median(calm["prepare_inputs_ns"]) - prepare // 2 - h200["worker_copy_to_gpu_ns"]
     jitter, stall_prob, stall_ns = [], [], []
     for c in base:  # spread and stalls within one pass: one process's host speed
         one = spans[c.folder]
-        p10_, p50_, p90_ = np.percentile(one.loc[one["entry"], "read_to_d2h_ns"], [10, 50, 90])
+        full = one["entry"] & (one["num_reqs"] == c.max_num_seqs)  # one mode of a bimodal span
+        p10_, p50_, p90_ = np.percentile(one.loc[full, "launch_to_d2h_ns"], [10, 50, 90])
         jitter.append((p90_ - p10_) / (1.6 * p50_))
         iv = one["interval_ns"].to_numpy(np.float64)
         long = iv[iv > STALL_FACTOR * np.median(iv)]
@@ -279,9 +308,8 @@ def _host(
         "worker_cached_loop_ns_per_req": max(int(round(per_req)), 0),
         "worker_refresh_metadata_ns": max(int(round(intercept)), 0),
         "worker_prepare_inputs_ns": prepare,
-        "worker_sample_tokens_ns": max(
-            int(round(p50)) - prepare // 2 - h200["worker_copy_to_gpu_ns"], 0
-        ),
+        "worker_launch_ns": max(launch, 0),
+        "worker_sample_tokens_ns": _median(calm["launch_to_d2h_ns"]),
         "worker_rpc_dispatch_ns": _median(calm["d2h_to_update_ns"]),
         "jitter_frac": round(min(float(np.median(jitter)), 0.9), 4),
         "worker_stall_prob": round(float(np.median(stall_prob)), 4),
@@ -289,8 +317,6 @@ def _host(
         **{k: h200[k] for k in MEASURED_ON_H200},
         **{k: int(getattr(prior, k)) for k in PRIORS},
         **dict.fromkeys(ZEROED, 0),
-        "gpu_forward_ns_base": gpu["gpu_forward_ns_base"],
-        "gpu_forward_ns_per_token": gpu["gpu_forward_ns_per_token"],
     }
     return {
         "from": [f"{c.run}/{c.folder.name}" for c in base],
@@ -313,19 +339,20 @@ SOURCES = {
     "worker_condense_move_ns": "median span of a condense call / its moves",
     "worker_cached_loop_ns_per_req": "slope of (_update_states - its ops) vs cached requests",
     "worker_refresh_metadata_ns": "intercept of the same fit",
-    "worker_prepare_inputs_ns": "2 x median(_update_states end -> counts read)",
+    "worker_prepare_inputs_ns": "2 x median(_update_states end -> _prepare_inputs start)",
+    "worker_launch_ns": "median(_prepare_inputs) - prepare/2 - copy_to_gpu (landed at entry)",
     "worker_sample_tokens_ns": (
-        "median(read -> counts D2H issued) - prepare/2 - copy_to_gpu (steps landed at entry): "
-        "forward launch + sampler, eager"
+        "median(_prepare_inputs end -> counts D2H issued) (landed at entry): eager forward "
+        "launch + sampler, the GPU forward runs meanwhile"
     ),
     "worker_rpc_dispatch_ns": (
         "median(counts D2H issued -> next _update_states) (steps landed at entry): "
         "drafter launch + engine core, one thread"
     ),
-    "jitter_frac": "(p90 - p10) / (1.6 median) of read -> D2H issued",
-    "worker_stall_prob": "share of step intervals > 1.5 x median",
+    "jitter_frac": "(p90 - p10) / (1.6 median) of that span, full-batch steps",
+    "worker_stall_prob": "share of step intervals > 1.5 x median (median over configs)",
     "worker_stall_ns": "median excess of those over the median",
-    "gpu_forward_ns_base": "GPU line at delay 0 minus the prep/sample/drafter priors",
+    "gpu_forward_ns_base": "GPU line at delay 0 less the host gap and the prep/sample priors",
     "gpu_forward_ns_per_token": "GPU line: intercept difference / token difference",
 }
 
