@@ -102,9 +102,10 @@ def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
     assert md in (DATA / "README.md").read_text()
     summary = json.loads((FORWARD / "summary.json").read_text())
     assert summary["agree"] == int(committed["agrees"].sum())
-    assert f"{summary['agree']} of {summary['configs']} configurations" in (
-        DATA / "README.md"
-    ).read_text()
+    assert (
+        f"{summary['agree']} of {summary['configs']} configurations"
+        in (DATA / "README.md").read_text()
+    )
 
 
 def test_a_wrong_gpu_line_changes_the_verdicts(configs, cal, committed) -> None:
