@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -386,8 +386,13 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
     name = group_name(c.group)
     if name not in cal["groups"]:
         raise SpecraceError(f"{c.folder}: no calibration for {name} (needs a delay-0 run)")
-    k = 3
-    cfg = RunConfig(max_num_seqs=c.max_num_seqs, seed=int(c.export.get("seed", 0)))
+    k = int(raw["num_speculative_tokens"]) if raw is not None else 3
+    # the generator's settings of the run (every committed run: RunConfig's defaults, seed 0)
+    known = {f.name for f in fields(RunConfig)} - {"max_num_seqs", "gpu_delay_us", "label"}
+    given = {n: v for n, v in (raw or {}).get("config", {}).items() if n in known}
+    if "prompt_lens" in given:
+        given["prompt_lens"] = tuple(given["prompt_lens"])
+    cfg = RunConfig(max_num_seqs=c.max_num_seqs, **given)
     reqs = workload(cfg)
     if raw is not None:
         measured = [(r["prompt_len"], r["output_len"]) for r in raw["requests"]]
@@ -396,7 +401,7 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
             raise SpecraceError(f"{c.raw_path}: requests differ from config.workload()")
     scripted = tuple(
         ScriptedRequest(
-            req_id=f"req-{r['req_index']:03d}", arrival_step=0,
+            req_id=f"req-{r['req_index']:03d}", arrival_step=int(r["arrival_step"]),
             prompt_len=len(r["prompt_token_ids"]), output_len=int(r["max_tokens"]),
             accepted=(k + 1,) * int(r["max_tokens"]),
         )
