@@ -140,3 +140,11 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["vllm-forward", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
     assert "no exported vLLM configuration" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_interval_is_sims_wilson() -> None:
+    from gpu_check.vllm.forward import wilson
+    from sim.resolve.risk import wilson as sim_wilson
+
+    for k, n in [(0, 4100), (86, 4100), (525, 20735), (5, 5), (0, 0)]:
+        assert wilson(k, n) == sim_wilson(k, n)
