@@ -135,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--markdown", action="store_true",
         help="a tree: the per-release table, then the per-configuration one (README's)",
     )  # fmt: skip
+
+    f = sub.add_parser(
+        "vllm-forward", help="sim run forward with timing calibrated from data/vllm, vs observed"
+    )
+    f.add_argument("dir", help="data/vllm (version folders of exported runs, with raw/)")
+    f.add_argument("--out", required=True, help="output folder (e.g. data/vllm/forward)")
+    f.add_argument("--seeds", type=_positive, default=5, help="sim seeds per configuration")
     return p
 
 
@@ -325,6 +332,14 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     return json.dumps(report, indent=2) if args.json else report_text(report)
 
 
+def cmd_vllm_forward(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.forward import run_forward, summary_text
+
+    return summary_text(_vllm_input(run_forward, Path(args.dir), Path(args.out), args.seeds))
+
+
 COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
@@ -334,6 +349,7 @@ COMMANDS = {
     "calibrate": cmd_calibrate,
     "vllm-export": cmd_vllm_export,
     "vllm-compare": cmd_vllm_compare,
+    "vllm-forward": cmd_vllm_forward,
 }
 
 

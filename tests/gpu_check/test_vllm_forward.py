@@ -1,0 +1,150 @@
+"""sim run forward on the real-vLLM configurations: calibration, table, verdicts, command."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpu_check.__main__ import main
+from gpu_check.vllm.forward import (
+    TABLE_COLUMNS,
+    calibrate,
+    find_configs,
+    forward_row,
+    group_name,
+    table_markdown,
+    timing_toml,
+)
+from sim.model.params import timing_file_overrides
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+FORWARD = DATA / "forward"
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return find_configs(DATA)
+
+
+@pytest.fixture(scope="module")
+def cal(configs):
+    return calibrate(configs)
+
+
+@pytest.fixture(scope="module")
+def committed() -> pd.DataFrame:
+    return pd.read_csv(FORWARD / "forward.csv")
+
+
+def _pick(configs, run: str, name: str):
+    return next(c for c in configs if c.run == run and c.folder.name == name)
+
+
+def test_calibration_reproduces_the_committed_timing_files(configs, cal) -> None:
+    files = sorted(p.name for p in FORWARD.glob("timing-*.toml"))
+    assert files == sorted(f"timing-{n}.toml" for n in cal["groups"])
+    assert len(files) >= 10  # three releases, both modes, 16 (and 64) seqs
+    for name in cal["groups"]:
+        assert (FORWARD / f"timing-{name}.toml").read_text() == timing_toml(cal, name), name
+    summary = json.loads((FORWARD / "summary.json").read_text())
+    assert summary["calibration"] == json.loads(json.dumps(cal))
+    # every committed file is a valid sim timing file
+    for path in FORWARD.glob("timing-*.toml"):
+        assert timing_file_overrides([str(path)])
+
+
+def test_calibration_is_what_the_data_says(cal) -> None:
+    gpu = cal["gpu"]
+    # the added delay is a torch.cuda._sleep: it adds itself to a GPU-bound step
+    assert 0.95 < gpu["slope"] < 1.1 and gpu["residual_ms_max"] < 1.0
+    assert gpu["gpu_forward_ns_base"] > 0 and gpu["gpu_forward_ns_per_token"] > 0
+    t = cal["groups"]["0.24.0-align-s16"]["timing"]
+    # op_timing.csv's p50 for the same runs: swap ~50 us, add ~25 us, remove ~18 us
+    assert 40_000 < t["worker_swap_ns"] < 60_000
+    assert 15_000 < t["worker_add_ns"] < 40_000
+    # a CPU-bound step of ~20 ms: the host spans add up to the measured step interval
+    host = (
+        t["worker_rpc_dispatch_ns"] + t["worker_sample_tokens_ns"] + t["worker_launch_ns"]
+        + t["worker_prepare_inputs_ns"] + t["worker_refresh_metadata_ns"]
+    )  # fmt: skip
+    assert abs(host / 1e6 - cal["groups"]["0.24.0-align-s16"]["step_ms_median"]) < 2.0
+
+
+@pytest.mark.parametrize(
+    "run,name",
+    [("v0.24.0", "align_s16_d0ms"), ("v0.24.0", "align_s16_d20ms"), ("v0.24.0", "none_s16_d20ms")],
+)
+def test_forward_rows_reproduce_the_committed_table(configs, cal, committed, run, name) -> None:
+    c = _pick(configs, run, name)
+    seeds = int(committed["seeds"].iloc[0])
+    row = forward_row(c, cal, seeds)
+    mode, _, rest = name.partition("_")
+    want = committed[
+        (committed["run"] == run)
+        & (committed["mode"] == mode)
+        & (committed["max_num_seqs"] == c.max_num_seqs)
+        & (committed["gpu_delay_ms"] == c.gpu_delay_us / 1000)
+    ]
+    assert len(want) == 1, rest
+    got = pd.DataFrame([row], columns=TABLE_COLUMNS)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+
+
+def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
+    assert len(committed) == 49 and list(committed.columns) == TABLE_COLUMNS
+    assert (committed["reads_observed"] > 0).all() and (committed["reads_predicted"] > 0).all()
+    md = (FORWARD / "forward.md").read_text()
+    assert md == table_markdown(committed)
+    assert md in (DATA / "README.md").read_text()
+    summary = json.loads((FORWARD / "summary.json").read_text())
+    assert summary["agree"] == int(committed["agrees"].sum())
+    assert (
+        f"{summary['agree']} of {summary['configs']} configurations"
+        in (DATA / "README.md").read_text()
+    )
+
+
+def test_a_wrong_gpu_line_changes_the_verdicts(configs, cal, committed) -> None:
+    """Without the delay's effect on the GPU (slope 0) every run stays CPU-bound and the
+    GPU-bound align run at 30 ms would be predicted to go wrong as often as at 0 ms."""
+    c = _pick(configs, "v0.24.0", "align_s16_d30ms")
+    assert forward_row(c, cal, 2)["agrees"]
+    bad = copy.deepcopy(cal)
+    bad["gpu"]["slope"] = 0.0
+    row = forward_row(c, bad, 2)
+    assert not row["agrees"] and row["rate_predicted"] > 0.02
+
+
+def test_a_wrong_host_cost_changes_the_verdicts(configs, cal) -> None:
+    """A host 1.5x slower than measured makes the GPU-bound run at 25 ms land before
+    _update_states in half its steps: align's double permute, a rate the run did not show."""
+    c = _pick(configs, "v0.24.0", "align_s16_d25ms")
+    assert forward_row(c, cal, 1)["agrees"]
+    bad = copy.deepcopy(cal)
+    t = bad["groups"][group_name(c.group)]["timing"]
+    for k in ("worker_sample_tokens_ns", "worker_rpc_dispatch_ns"):
+        t[k] = t[k] * 3 // 2
+    row = forward_row(c, bad, 1)
+    assert not row["agrees"] and row["entry_predicted"] > 0.3
+
+
+def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["vllm-forward", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_check: error:")
+    (tmp_path / "empty").mkdir()
+    assert main(["vllm-forward", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert "no exported vLLM configuration" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_interval_is_sims_wilson() -> None:
+    from gpu_check.vllm.forward import wilson
+    from sim.resolve.risk import wilson as sim_wilson
+
+    for k, n in [(0, 4100), (86, 4100), (525, 20735), (5, 5), (0, 0)]:
+        assert wilson(k, n) == sim_wilson(k, n)
