@@ -57,7 +57,6 @@ definition as the observed ``wrong``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -82,6 +81,7 @@ from sim.model.params import (
 from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import simulate
+from sim.resolve.risk import wilson
 from sim.runs.io import atomic_write_text, write_json
 
 SEEDS = 5
@@ -492,18 +492,6 @@ def observed_regime(c: Measured) -> dict[str, float]:
         "waited": round(float(waited.sum()) / n, 4),
         "step_ms": round(float(iv.median()) / 1e6, 3),
     }
-
-
-def wilson(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion, as :func:`sim.resolve.risk.wilson`
-    (gpu_check uses sim's model, runs and errors only: tests/test_layout.py)."""
-    if trials <= 0:
-        return 0.0, 0.0
-    p = successes / trials
-    denom = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denom
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _r(x: float) -> float:
