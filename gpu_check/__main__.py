@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
 from gpu_check.tables import format_table
+from sim.cli.args import int_in, seed_arg, steps_arg
 
 
 class UsageError(Exception):
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--num-reqs", type=_positive)
     r.add_argument("--k", type=_positive, help="draft tokens per step (num_speculative_tokens)")
     r.add_argument("--pairs", type=_positive, help="key->value pairs written by the prefill")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=seed_arg, default=0)
     r.add_argument("--json", action="store_true")
 
     d = sub.add_parser("padding", help="FULL-cudagraph GDN metadata shapes before/after #45100")
@@ -60,21 +61,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-num-batched-tokens", type=_positive, default=8192)
     d.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: also capture and replay a CUDA graph per rule")  # fmt: skip
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=seed_arg, default=0)
     d.add_argument("--json", action="store_true")
 
     y = sub.add_parser("replay", help="replay a schedule's row ops against a real D2H copy")
     y.add_argument("--scenario", default="minimal-race", help="built-in name or TOML path")
     y.add_argument("--policy", default="all", help="comma list of policies, or all")
-    y.add_argument("--steps", type=_positive, default=0, help="engine steps (default: scenario's)")
+    y.add_argument("--steps", type=steps_arg, default=0, help="engine steps (default: scenario's)")
     y.add_argument("--schedule", default="", help="replay this schedule.json (from sim)")
     y.add_argument(
         "--sim-run",
         default="",
         help="a `sim run` directory: replay with the model's own timing, per policy",
     )
-    y.add_argument("--reps", type=_positive, default=1, help="replay the steps this many times")
-    y.add_argument("--seed", type=int, default=0)
+    y.add_argument("--reps", type=int_in(1, 10**6, "1..10^6"), default=1,
+                   help="replay the steps this many times")  # fmt: skip
+    y.add_argument("--seed", type=seed_arg, default=0)
     y.add_argument(
         "--device",
         choices=("cuda", "cpu"),
@@ -97,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--k", type=_positive, default=3)
     b.add_argument("--out", help="directory for NAME.csv and NAME_summary.json")
     b.add_argument("--name", default="bench", help="file stem under --out (default: bench)")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=seed_arg, default=0)
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
@@ -105,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
     v.add_argument("--num-requests", type=_positive, default=192)
     v.add_argument("--k", type=_positive, default=3, help="MTP draft tokens per step")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--seed", type=seed_arg, default=0)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"

@@ -11,6 +11,8 @@ import pandas as pd
 
 from gpu_check.environment import environment
 from gpu_check.replay import CountsDevice, CudaCounts, ReplayConfig, ScriptedCounts, replay
+from sim.cli.args import MAX_STEPS
+from sim.cli.guards import guard_resources
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
@@ -31,7 +33,13 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
             scenario = scenario_from_dict(schedule.scenario, "schedule", args.schedule)
         else:
             scenario = load_scenario(args.scenario)
+            guard_resources(scenario, args.steps or scenario.default_steps)
             schedule = build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
+        if args.reps * len(schedule.steps) > MAX_STEPS:
+            raise SpecraceError(
+                f"--reps {args.reps} x {len(schedule.steps):,} steps: more than {MAX_STEPS:,} "
+                "replayed steps"
+            )
     except SpecraceError as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
@@ -94,7 +102,7 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
     put the model's verdict beside what the hardware did."""
     from gpu_check.replay import timeline_from_trace
     from sim.hardware.compare import prediction_agreement
-    from sim.runs.io import read_json, read_parquet
+    from sim.runs.io import check_run_tables, read_meta, read_table
 
     try:
         schedule_path, runs = _sim_runs(Path(args.sim_run))
@@ -102,13 +110,16 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
         scenario = scenario_from_dict(schedule.scenario, "schedule", str(schedule_path))
         loaded = []
         for d in runs:
-            meta = read_json(d / "meta.json", "run metadata")
-            policy = get_policy(str(meta.get("policy", "")))
-            trace = read_parquet(d / "trace.parquet", "trace (run sim without --no-trace)")
-            reads = read_parquet(d / "reads.parquet", "reads table")
+            meta = read_meta(d / "meta.json")
+            if meta["scenario"] != schedule.scenario or meta["seed"] != schedule.seed:
+                raise SpecraceError(f"{d / 'meta.json'}: not the run of {schedule_path}")
+            policy = get_policy(meta["policy"])
+            trace = read_table(d / "trace.parquet", "trace.parquet")
+            reads = read_table(d / "reads.parquet", "reads.parquet")
+            check_run_tables(schedule, reads, trace, str(d))
             timing = scenario_from_dict(meta["scenario"], "meta", str(d / "meta.json")).timing
             loaded.append((policy, timeline_from_trace(trace), reads, timing))
-    except (SpecraceError, KeyError) as e:
+    except SpecraceError as e:
         raise usage_error(str(e)) from None
     if args.device == "cuda":
         need_cuda()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -91,6 +92,7 @@ def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
+        remove_stale(out.parent, out.name)  # what a killed earlier run of this --out left
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -141,3 +143,160 @@ def check_schema(df, schema: dict[str, str], prefix: str) -> None:
             ok = False
         if not ok:
             raise SpecraceError(f"{prefix} (column {col} is {dtype}, expected {kind})")
+
+
+# -- the tables a command reads: the expected file, its schema, a clear line for the wrong kind
+# file name -> (what it is, what writes it, column -> int | bool | string | float)
+def table_kinds() -> dict[str, tuple[str, str, dict[str, str]]]:
+    from sim.hardware.compare import REQUIRED as OBSERVED
+    from sim.model.reads import READ_COLUMNS
+
+    kind = {"int64": "int", "int32": "int", "bool": "bool", "string": "string"}
+    return {
+        "reads.parquet": (
+            "reads table", "python -m sim run", {c: kind[t] for c, t in READ_COLUMNS.items()}
+        ),
+        "trace.parquet": (
+            "trace", "python -m sim run without --no-trace",
+            {"time_ns": "int", "dur_ns": "int", "step": "int", "actor": "string",
+             "event": "string", "row": "int", "value": "int", "req_id": "string"},
+        ),
+        "observed.parquet": ("replay table", "python -m gpu_check replay", OBSERVED),
+        "sweep.parquet": (
+            "sweep table", "python -m sim sweep",
+            {"policy": "string", "seed": "int", "steps": "int", "reads": "int",
+             "cpu_wrong": "int", "gpu_wrong": "int", "corrupted_requests": "int",
+             "mean_step_ns": "float"},
+        ),
+    }  # fmt: skip
+
+
+def read_table(path: Path, name: str):
+    """The table ``name`` (a key of :func:`table_kinds`) at ``path``, schema checked; a table
+    of another kind is named as such ("... is a trace (trace.parquet), not a reads table")."""
+    kinds = table_kinds()
+    what, writer, schema = kinds[name]
+    if not path.is_file() and path.name == name:
+        raise SpecraceError(f"{what} not found: {path} ({writer} writes it)")
+    df = read_parquet(path, what)
+    try:
+        check_schema(df, schema, f"{path}: not a {what} ({writer} writes {name})")
+    except SpecraceError:
+        for other, (other_what, _w, other_schema) in kinds.items():
+            if other != name and _matches(df, other_schema):
+                raise SpecraceError(
+                    f"{path} is a {other_what} ({other}), not a {what} ({name})"
+                ) from None
+        raise
+    return df
+
+
+def _matches(df, schema: dict[str, str]) -> bool:
+    try:
+        check_schema(df, schema, "")
+    except SpecraceError:
+        return False
+    return True
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """A run's ``meta.json``: a known policy, a seed and a valid scenario."""
+    from sim.model.params import scenario_from_dict
+    from sim.model.policies import POLICIES
+
+    meta = read_json(path, "run metadata")
+    if not isinstance(meta, dict):
+        raise SpecraceError(f"{path}: not a run's meta.json (not a JSON object)")
+    policy, seed, scenario = meta.get("policy"), meta.get("seed"), meta.get("scenario")
+    if not isinstance(policy, str) or policy not in POLICIES:
+        raise SpecraceError(f"{path}: policy {policy!r} is not a known policy")
+    if type(seed) is not int or not 0 <= seed < 2**63:
+        raise SpecraceError(f"{path}: seed {seed!r} is not an integer in 0..2^63-1")
+    if not isinstance(scenario, dict):
+        raise SpecraceError(f"{path}: scenario is missing or not a table")
+    scenario_from_dict(scenario, "meta", str(path))
+    return meta
+
+
+# Names our atomic writes give their temporaries: mkstemp/mkdtemp's ".<name>.<8 chars>.tmp" and
+# fresh_output_dir's ".<name>.<8 chars>.old".
+_STALE = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(tmp|old)")
+
+
+def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
+    """Remove what a kill just before an atomic rename left in ``folder``: hidden temporaries
+    of our own naming (of target ``name`` only, if given). Nothing else is touched: not a
+    symbolic link, not a file of another name. Returns what was removed."""
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.iterdir():
+        m = _STALE.fullmatch(p.name)
+        if not m or (name is not None and m["name"] != name) or p.is_symlink():
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def check_run_tables(schedule, reads, trace, where: str) -> None:
+    """A run's reads (and trace, if given) belong to ``schedule``: steps and rows that exist,
+    each read's request in its row, one read and the step's row ops in the trace. What the
+    analyses index by is checked here, so a table edited by hand or taken from another run
+    is one clear line, not an IndexError inside a plot."""
+    import numpy as np
+
+    n_steps, n_rows = len(schedule.steps), schedule.max_num_reqs
+
+    def fail(name: str, msg: str) -> SpecraceError:
+        return SpecraceError(f"{where}/{name} does not belong to its schedule.json: {msg}")
+
+    step = reads["step"].to_numpy()
+    row = reads["row"].to_numpy()
+    bad = (step < 1) | (step >= n_steps) | (row < 0) | (row >= n_rows)
+    bad |= (reads["prev_row"].to_numpy() < -1) | (reads["prev_row"].to_numpy() >= n_rows)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise fail("reads.parquet", f"read {i} is at step {step[i]}, row {row[i]} "
+                   f"(the schedule has steps 1..{n_steps - 1}, rows 0..{n_rows - 1})")  # fmt: skip
+    for i, (n, r, req) in enumerate(zip(step, row, reads["req_id"], strict=True)):
+        ids = schedule.steps[int(n)].req_ids
+        if r >= len(ids) or ids[r] != req:
+            raise fail("reads.parquet", f"read {i}: request {req!r} is not in row {r} at step {n}")
+    kinds = set(reads["kind"].dropna()) - {"", "unlanded", "ownership", "double-permute"}
+    if kinds or reads["kind"].isna().any():
+        raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
+    if trace is None:
+        return
+    t_step, t_row = trace["step"].to_numpy(), trace["row"].to_numpy()
+    t, d = trace["time_ns"].to_numpy(), trace["dur_ns"].to_numpy()
+    bad = (t_step < 0) | (t_step >= n_steps) | (t_row < -1) | (t_row >= n_rows)
+    bad |= (t < 0) | (d < 0) | (t > 10**15) | (d > 10**15)
+    bad |= trace["actor"].isna().to_numpy() | trace["event"].isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise fail("trace.parquet", f"event {i} (step {t_step[i]}, row {t_row[i]}, "
+                   f"time {t[i]} ns, duration {d[i]} ns) is out of range")  # fmt: skip
+    worker = trace[trace["actor"] == "worker_cpu"]
+    ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]["step"].value_counts()
+    for n in sorted(set(t_step.tolist())):
+        want = len(schedule.steps[n].ops)
+        if int(ops.get(n, 0)) != want:
+            raise fail("trace.parquet", f"step {n} has {int(ops.get(n, 0))} row ops, "
+                       f"the schedule {want}")  # fmt: skip
+    once = {
+        "read_counts": worker[worker["event"].str.startswith("read_counts")],
+        "_update_states": worker[worker["event"] == "_update_states"],
+        "counts_d2h_land": trace[trace["event"] == "counts_d2h_land"],
+    }
+    for name, ev in once.items():
+        dup = ev["step"][ev["step"].duplicated()]
+        if len(dup):
+            raise fail("trace.parquet", f"step {int(dup.iloc[0])} has two {name} events")
+    has_read = set(once["read_counts"]["step"].tolist())
+    missing = sorted(set(step.tolist()) - has_read)
+    if missing:
+        raise fail("trace.parquet", f"step {missing[0]} has reads but no read_counts event")
