@@ -26,18 +26,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
-    return value
+def _count(hi: int):
+    """A count in 1..hi: the bound keeps an input from asking for more memory than a machine
+    has (the batch sizes vLLM takes; k as sim's num_speculative_tokens)."""
+    return int_in(1, hi, f"1..{hi:,}")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(_positive(t) for t in text.split(","))
+    return tuple(_count(65_536)(t) for t in text.split(","))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,17 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     r.add_argument("--impl", help="comma list of reference,triton,fla (default per device)")
     r.add_argument("--dtype", choices=("float32", "bfloat16"), help="input dtype")
-    r.add_argument("--num-reqs", type=_positive)
-    r.add_argument("--k", type=_positive, help="draft tokens per step (num_speculative_tokens)")
-    r.add_argument("--pairs", type=_positive, help="key->value pairs written by the prefill")
+    r.add_argument("--num-reqs", type=_count(1024))
+    r.add_argument("--k", type=_count(15), help="draft tokens per step (num_speculative_tokens)")
+    r.add_argument("--pairs", type=_count(4096), help="key->value pairs written by the prefill")
     r.add_argument("--seed", type=seed_arg, default=0)
     r.add_argument("--json", action="store_true")
 
     d = sub.add_parser("padding", help="FULL-cudagraph GDN metadata shapes before/after #45100")
-    d.add_argument("--num-reqs", type=_positive, required=True)
-    d.add_argument("--k", type=_positive, required=True)
-    d.add_argument("--max-num-seqs", type=_positive, default=256)
-    d.add_argument("--max-num-batched-tokens", type=_positive, default=8192)
+    d.add_argument("--num-reqs", type=_count(65_536), required=True)
+    d.add_argument("--k", type=_count(15), required=True)
+    d.add_argument("--max-num-seqs", type=_count(65_536), default=256)
+    d.add_argument("--max-num-batched-tokens", type=_count(2**24), default=8192)
     d.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: also capture and replay a CUDA graph per rule")  # fmt: skip
     d.add_argument("--seed", type=seed_arg, default=0)
@@ -96,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="time our kernel and fla's against the copy floor (CUDA)")
     b.add_argument("--ns", type=_int_list, default=None, help="comma list of batch sizes N")
-    b.add_argument("--k", type=_positive, default=3)
+    b.add_argument("--k", type=_count(15), default=3)
     b.add_argument("--out", help="directory for NAME.csv and NAME_summary.json")
     b.add_argument("--name", default="bench", help="file stem under --out (default: bench)")
     b.add_argument("--seed", type=seed_arg, default=0)
@@ -105,15 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
     v.add_argument("--modes", default="align,none", help="comma list of align,none")
     v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
-    v.add_argument("--num-requests", type=_positive, default=192)
-    v.add_argument("--k", type=_positive, default=3, help="MTP draft tokens per step")
+    v.add_argument("--num-requests", type=_count(10**6), default=192)
+    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
     v.add_argument("--seed", type=seed_arg, default=0)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
     v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
-    v.add_argument("--arrival-every", type=_positive, default=2, help="staggered: steps apart")
+    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--out", required=True)
 

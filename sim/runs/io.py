@@ -202,13 +202,13 @@ def _matches(df, schema: dict[str, str]) -> bool:
 def read_meta(path: Path) -> dict[str, Any]:
     """A run's ``meta.json``: a known policy, a seed and a valid scenario."""
     from sim.model.params import scenario_from_dict
-    from sim.model.policies import POLICIES
+    from sim.model.policies import POLICIES, SYNC_SCHEDULING
 
     meta = read_json(path, "run metadata")
     if not isinstance(meta, dict):
         raise SpecraceError(f"{path}: not a run's meta.json (not a JSON object)")
     policy, seed, scenario = meta.get("policy"), meta.get("seed"), meta.get("scenario")
-    if not isinstance(policy, str) or policy not in POLICIES:
+    if not isinstance(policy, str) or policy not in (*POLICIES, SYNC_SCHEDULING.name):
         raise SpecraceError(f"{path}: policy {policy!r} is not a known policy")
     if type(seed) is not int or not 0 <= seed < 2**63:
         raise SpecraceError(f"{path}: seed {seed!r} is not an integer in 0..2^63-1")
