@@ -1,10 +1,14 @@
-"""Hostile input on every surface of ``python -m sim``: one clear line, exit 2, nothing left.
+"""Hostile input on every surface of ``python -m sim`` and ``python -m gpu_check``.
 
-Each case runs the command line in-process (``sim.cli.main.main``), so an exception that the
-boundary does not turn into an error line fails the test with its traceback. For every case:
-exit status 0 (the input was valid: the output is complete) or non-zero with exactly one line
-on stderr naming the input and no ``--out`` left behind. Bounded for ``make test``;
-``SPECRACE_FUZZ_EXAMPLES=2000 make test-slow`` runs a longer campaign.
+Each case runs the command line in-process (``sim.cli.main.main``, ``gpu_check.__main__.main``)
+under an alarm, and is classified: ``ok`` (exit 0, the output whole), ``clean`` (non-zero
+exit, one ``error`` line on stderr, nothing left in ``--out`` or in the directory read),
+``traceback``, ``hang`` (longer than ``HANG_S``), ``partial`` (a failure that left output),
+``accepted_invalid`` (exit 0 on an input known to be invalid) or ``unclear`` (an error that is
+not one line). ``make test`` runs a bounded, fixed set of cases and fails on any but the first
+two; ``SPECRACE_FUZZ_EXAMPLES=N`` draws N fresh ones per surface; with
+``SPECRACE_FUZZ_CAMPAIGN=FILE`` every outcome is appended to FILE instead of failing
+(``scripts/fuzz_campaign.py`` runs that and prints the per-surface table).
 """
 
 from __future__ import annotations
@@ -13,46 +17,111 @@ import contextlib
 import io
 import json
 import os
+import shutil
+import signal
 import tomllib
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.model.params import parameter_keys
+from sim.runs.io import table_kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = (ROOT / "sim/model/scenarios/minimal-race.toml").read_text()
 EXAMPLES = int(os.environ.get("SPECRACE_FUZZ_EXAMPLES", "40"))
+CAMPAIGN = os.environ.get("SPECRACE_FUZZ_CAMPAIGN", "")
+HANG_S = int(os.environ.get("SPECRACE_FUZZ_HANG_S", "60"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize="SPECRACE_FUZZ_EXAMPLES" not in os.environ,  # make test: the same cases each run
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,  # the campaign counts fresh cases; make test draws fixed ones
+    suppress_health_check=list(HealthCheck),
 )
 
 
-def run_cli(argv: list[str]) -> tuple[int, str]:
+class Hang(BaseException):
+    """Raised by the alarm: not an Exception, so no handler of the CLI can swallow it."""
+
+
+def run_cli(argv: list[str], prog: Callable = main) -> tuple[int, str]:
+    """Exit status and stderr of one in-process command; an escaped exception is reported as
+    the traceback Python would print (status 1), a hang as status -1."""
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = main(argv)
-        except SystemExit as e:  # argparse's own exit, after our one-line error
-            code = int(e.code or 0)
+
+    def alarm(_sig, _frame):
+        raise Hang
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(HANG_S)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = prog(argv)
+            except SystemExit as e:  # argparse's own exit, after our one-line error
+                code = int(e.code or 0) if not isinstance(e.code, str) else 1
+            except Exception:
+                print(traceback.format_exc(), file=err)
+                code = 1
+    except Hang:
+        return -1, f"hang: more than {HANG_S} s"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
     return code, err.getvalue()
 
 
-def assert_clean(code: int, err: str, out: Path, what: str) -> None:
+def _listing(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def classify(code: int, err: str, out: Path | None, expect: list[Path], watched: dict,
+             invalid: bool | None) -> str:  # fmt: skip
+    if code == -1:
+        return "hang"
+    if "Traceback" in err:
+        return "traceback"
     if code == 0:
-        assert out.is_dir(), what
-        return
+        if invalid:
+            return "accepted_invalid"
+        whole = all(p.exists() for p in expect) and (out is None or out.is_dir())
+        return "ok" if whole else "partial"
+    left = out is not None and (
+        out.exists() or any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())
+    )
+    left = left or any(_listing(d) != before for d, before in watched.items())
+    if left:
+        return "partial"
     lines = err.strip().splitlines()
-    assert len(lines) == 1, f"{what}: {err!r}"
-    assert "error" in lines[0] and "Traceback" not in err, f"{what}: {err!r}"
-    assert not out.exists(), f"{what}: left {sorted(p.name for p in out.iterdir())}"
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], what
+    return "clean" if len(lines) == 1 and "error" in lines[0] else "unclear"
+
+
+def check_case(surface: str, argv: list[str], what: str, out: Path | None = None,
+               expect: tuple[Path, ...] = (), watch: tuple[Path, ...] = (),
+               invalid: bool | None = None, prog: Callable = main) -> str:  # fmt: skip
+    """Run one case and classify it: record it (campaign) or fail on a bad outcome."""
+    watched = {d: _listing(d) for d in watch if d.is_dir()}
+    code, err = run_cli(argv, prog)
+    outcome = classify(code, err, out, list(expect), watched, invalid)
+    if CAMPAIGN:
+        with open(CAMPAIGN, "a") as f:
+            f.write(json.dumps({"surface": surface, "outcome": outcome, "case": what[:300],
+                                "argv": argv, "stderr": err[-2000:]}) + "\n")  # fmt: skip
+        return outcome
+    assert outcome in ("ok", "clean"), f"{surface}: {outcome}: {what}\n{' '.join(argv)}\n{err}"
+    return outcome
+
+
+def assert_clean(code: int, err: str, out: Path, what: str) -> None:
+    assert classify(code, err, out, [], {}, None) in ("ok", "clean"), f"{what}: {err!r}"
 
 
 # -- values a hostile user types -------------------------------------------------------------
@@ -76,26 +145,36 @@ def test_set_overrides(tmp_path_factory, key: str, value: str) -> None:
     out = tmp_path_factory.mktemp("set") / "out"
     argv = ["run", "--scenario", "minimal-race", "--steps", "6", "--no-trace", "--out", str(out),
             "--set", f"{key}={value}"]  # fmt: skip
-    assert_clean(*run_cli(argv), out, f"--set {key}={value}")
+    invalid = key not in parameter_keys() or None
+    check_case("--set", argv, f"--set {key}={value}", out, invalid=invalid)
 
 
-def _mutate_toml(text: str, data: st.DataObject) -> str:
+def _is_assignment(line: str) -> bool:
+    """A whole ``key = value`` line (not a line of a multi-line string that holds a '=')."""
+    try:
+        return "=" in line and bool(tomllib.loads(line))
+    except tomllib.TOMLDecodeError:
+        return False
+
+
+def _mutate_toml(text: str, data: st.DataObject) -> tuple[str, bool | None]:
+    """A mutated TOML and whether it is certainly invalid (None: it may be valid)."""
     kind = data.draw(st.sampled_from(["truncate", "value", "unknown", "bytes", "deep"]))
     if kind == "truncate":
-        return text[: data.draw(st.integers(0, len(text)))]
+        return text[: data.draw(st.integers(0, len(text)))], None
     if kind == "bytes":
-        return data.draw(st.binary(max_size=200)).decode("latin-1")
+        return data.draw(st.binary(max_size=200)).decode("latin-1"), None
     if kind == "deep":
-        return text + "\n[extra]\nx = " + "[" * 600 + "]" * 600 + "\n"
+        return text + "\n[extra]\nx = " + "[" * 600 + "]" * 600 + "\n", True
     lines = text.splitlines()
-    assigns = [i for i, line in enumerate(lines) if "=" in line and not line.startswith("#")]
+    assigns = [i for i, line in enumerate(lines) if _is_assignment(line)]
     i = data.draw(st.sampled_from(assigns))
     key = lines[i].split("=")[0]
     if kind == "unknown":
         lines.insert(i, f"{key.strip()}x = 1")
-    else:
-        lines[i] = f"{key}= {data.draw(HOSTILE_VALUES)}"
-    return "\n".join(lines)
+        return "\n".join(lines), True
+    lines[i] = f"{key}= {data.draw(HOSTILE_VALUES)}"
+    return "\n".join(lines), None
 
 
 @FUZZ
@@ -103,9 +182,11 @@ def _mutate_toml(text: str, data: st.DataObject) -> str:
 def test_scenario_files(tmp_path_factory, data: st.DataObject) -> None:
     d = tmp_path_factory.mktemp("scenario")
     path = d / "s.toml"
-    path.write_text(_mutate_toml(SCENARIO, data), errors="surrogateescape")
+    text, invalid = _mutate_toml(SCENARIO, data)
+    path.write_text(text, errors="surrogateescape")
     out = d / "out"
-    assert_clean(*run_cli(["schedule", "--scenario", str(path), "--out", str(out)]), out, "toml")
+    argv = ["schedule", "--scenario", str(path), "--out", str(out)]
+    check_case("scenario files", argv, f"scenario file {text[-200:]!r}", out, invalid=invalid)
 
 
 @FUZZ
@@ -114,10 +195,11 @@ def test_timing_files(tmp_path_factory, data: st.DataObject) -> None:
     d = tmp_path_factory.mktemp("timing")
     path = d / "t.toml"
     base = (ROOT / "sim/model/timing/h200.toml").read_text()
-    path.write_text(_mutate_toml(base, data))
+    text, invalid = _mutate_toml(base, data)
+    path.write_text(text)
     out = d / "out"
     argv = ["run", "--scenario", "minimal-race", "--timing", str(path), "--out", str(out)]
-    assert_clean(*run_cli(argv), out, "timing file")
+    check_case("timing files", argv, f"timing file {text[-200:]!r}", out, invalid=invalid)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +223,7 @@ def test_schedule_files(tmp_path_factory, good_schedule: dict, data: st.DataObje
     kind = data.draw(st.sampled_from(["field", "op", "truncate", "bytes", "scenario"]))
     steps = sched["steps"]
     n = data.draw(st.integers(0, len(steps) - 1))
+    op: list = []
     if kind == "field":
         field = data.draw(st.sampled_from(STEP_FIELDS))
         value = data.draw(st.one_of(
@@ -166,7 +249,9 @@ def test_schedule_files(tmp_path_factory, good_schedule: dict, data: st.DataObje
     path.write_text(text)
     out = d / "out"
     argv = ["run", "--schedule", str(path), "--out", str(out), "--no-trace"]
-    assert_clean(*run_cli(argv), out, f"schedule.json ({kind})")
+    invalid = kind in ("truncate", "bytes") or (kind == "op" and op[0] in ("jump", 3)) or None
+    check_case("schedule.json", argv, f"schedule.json ({kind}) {text[:200]!r}", out,
+               invalid=invalid)  # fmt: skip
 
 
 def test_wrong_kind_of_file_is_named(tmp_path: Path) -> None:
@@ -192,3 +277,173 @@ def test_valid_inputs_are_unchanged_by_the_checks(tmp_path: Path, good_schedule:
     meta = json.loads((tmp_path / "o" / "comparison.json").read_text())
     assert {m["policy"] for m in meta} >= {"align", "device-authoritative"}
     assert tomllib.loads(SCENARIO)["name"] == "minimal-race"
+
+
+# -- run directories and their tables, given to plot / perfetto / timeline / replay / compare ---
+@pytest.fixture(scope="module")
+def run_tree(tmp_path_factory) -> Path:
+    """A one-policy run, a --policy all run, a CPU replay of the first, a small sweep."""
+    root = tmp_path_factory.mktemp("tree")
+    for argv, prog in (
+        (["run", "--scenario", "minimal-race", "--policy", "align", "--out", str(root / "one")],
+         main),
+        (["run", "--scenario", "minimal-race", "--out", str(root / "all")], main),
+        (["replay", "--device", "cpu", "--sim-run", str(root / "one"), "--out",
+          str(root / "replay")], gpu_main),
+        (["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
+          "--vary", "timing.dma_land_delay_ns=20000,40000", "--workers", "1", "--quiet",
+          "--out", str(root / "sweep")], main),
+    ):  # fmt: skip
+        code, err = run_cli(argv, prog)
+        assert code == 0, (argv, err)
+    return root
+
+
+TABLES = ["reads.parquet", "trace.parquet", "observed.parquet", "sweep.parquet"]
+# command -> (argv given the copied tree and an --out, the files it needs, the files it writes)
+COMMANDS: dict[str, tuple] = {
+    "plot run": (lambda t, o: ["plot", str(t / "one")], ["one/meta.json", "one/reads.parquet",
+                 "one/schedule.json"], ["one/margins.png"]),
+    "plot all": (lambda t, o: ["plot", str(t / "all")], ["all/schedule.json", "all/*/meta.json",
+                 "all/*/reads.parquet"], ["all/margins.png"]),
+    "perfetto": (lambda t, o: ["perfetto", str(t / "one")], ["one/*"], ["one/trace.perfetto.json"]),
+    "perfetto all": (lambda t, o: ["perfetto", str(t / "all")], ["all/schedule.json",
+                     "all/*/meta.json", "all/*/reads.parquet", "all/*/trace.parquet"],
+                     ["all/trace.perfetto.json"]),
+    "timeline": (lambda t, o: ["timeline", str(t / "one")], ["one/*"], ["one/timeline.png"]),
+    "timeline step": (lambda t, o: ["timeline", str(t / "all"), "--step", "4", "--policy",
+                      "align"], ["all/schedule.json", "all/align/*"], ["all/align/timeline.png"]),
+    "replay --sim-run": (lambda t, o: ["replay", "--device", "cpu", "--sim-run", str(t / "one"),
+                         "--out", str(o)], ["one/*"], []),
+    "run --schedule": (lambda t, o: ["run", "--schedule", str(t / "one/schedule.json"),
+                       "--no-trace", "--out", str(o)], ["one/schedule.json"], []),
+    "compare": (lambda t, o: ["compare", str(t / "replay")], ["replay/observed.parquet"], []),
+    "compare file": (lambda t, o: ["compare", str(t / "replay/observed.parquet"), "--req-id",
+                     "R"], ["replay/observed.parquet"], []),
+    "plot replay": (lambda t, o: ["plot", str(t / "replay/observed.parquet"), "--req", "R",
+                    "--step", "4"], ["replay/observed.parquet"], ["replay/landing_R_4.png"]),
+    "plot sweep": (lambda t, o: ["plot", str(t / "sweep")], ["sweep/sweep.parquet"],
+                   ["sweep/hazard.png"]),
+}  # fmt: skip
+HOSTILE_INTS = st.sampled_from([-1, -(2**31), 2**31, 10**12, 2**62, 2**63 - 1, 0, 1, 7, 999])
+HOSTILE_JSON = st.one_of(
+    st.none(), st.booleans(), HOSTILE_INTS, st.floats(allow_nan=False), st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3), st.just({"a": [[[]]]}), st.just("align"),
+)  # fmt: skip
+
+
+def _mutate_table(path: Path, tree: Path, data: st.DataObject) -> tuple[str, bool | None]:
+    """Mutate one Parquet file; returns the mutation and whether it makes it certainly invalid."""
+    kind = data.draw(st.sampled_from(["delete", "truncate", "garbage", "swap", "drop_column",
+                                      "retype", "cell", "duplicate", "cut", "empty"]))  # fmt: skip
+    if kind == "delete":
+        path.unlink()
+        return kind, True
+    if kind in ("truncate", "garbage"):
+        raw = path.read_bytes()
+        path.write_bytes(raw[: data.draw(st.integers(0, len(raw) - 1))] if kind == "truncate"
+                         else data.draw(st.binary(max_size=400)))  # fmt: skip
+        return kind, True
+    if kind == "swap":  # a table of another kind in its place
+        other = data.draw(st.sampled_from([t for t in TABLES if t != path.name]))
+        shutil.copyfile(next(tree.rglob(other)), path)
+        return f"swap with {other}", True
+    df = pd.read_parquet(path)
+    col = data.draw(st.sampled_from(list(df.columns)))
+    invalid: bool | None = None
+    schema = table_kinds()[path.name][2]
+    if kind == "drop_column":
+        df = df.drop(columns=col)
+        invalid = col in schema or None
+    elif kind == "retype":
+        to = data.draw(st.sampled_from(["string", "float-nan", "int"]))
+        if to == "string":
+            df[col] = df[col].astype(str) + "x"
+        elif to == "float-nan":
+            df[col] = pd.Series([float("nan")] * len(df), dtype="float64")
+        else:
+            df[col] = pd.Series(range(len(df)), dtype="int64")
+        invalid = (to == "string" and schema.get(col, "string") != "string") or None
+        kind = f"retype {to}"
+    elif kind == "cell" and len(df):
+        i = data.draw(st.integers(0, len(df) - 1))
+        if pd.api.types.is_bool_dtype(df[col]):
+            df.loc[i, col] = not bool(df.loc[i, col])
+        elif pd.api.types.is_integer_dtype(df[col]):
+            info = pd.Series(dtype=df[col].dtype).dtype
+            v = data.draw(HOSTILE_INTS)
+            df.loc[i, col] = (
+                v if -(2 ** (8 * info.itemsize - 1)) <= v < 2 ** (8 * info.itemsize - 1) else -1
+            )  # noqa: E501
+        elif pd.api.types.is_float_dtype(df[col]):
+            df.loc[i, col] = data.draw(st.sampled_from([float("nan"), float("inf"), -1.0, 1e300]))
+        else:
+            df.loc[i, col] = data.draw(st.one_of(st.none(), st.text(max_size=6)))
+    elif kind == "duplicate" and len(df):
+        df = pd.concat([df, df.iloc[: data.draw(st.integers(1, len(df)))]], ignore_index=True)
+        invalid = path.name == "reads.parquet" or None  # a replay with --reps repeats reads
+    elif kind == "cut":
+        df = df.iloc[: data.draw(st.integers(0, len(df)))]
+    elif kind == "empty":
+        df = df.iloc[:0]
+    df.to_parquet(path, index=False)
+    return f"{kind} {col}", invalid
+
+
+def _mutate_json(path: Path, data: st.DataObject) -> tuple[str, bool | None]:
+    kind = data.draw(st.sampled_from(["delete", "truncate", "garbage", "not_object", "key",
+                                      "drop_key", "binary"]))  # fmt: skip
+    text = path.read_text()
+    if kind == "delete":
+        path.unlink()
+        return kind, True
+    if kind == "truncate":
+        path.write_text(text[: data.draw(st.integers(0, len(text) - 1))])
+        return kind, True
+    if kind == "garbage":
+        path.write_text(data.draw(st.text(max_size=50)) + "{")
+        return kind, True
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00" + data.draw(st.binary(max_size=100)))
+        return kind, True
+    if kind == "not_object":
+        path.write_text(json.dumps(data.draw(st.sampled_from([[], 1, "x", None, [{}]]))))
+        return kind, True
+    obj = json.loads(text)
+    if not isinstance(obj, dict) or not obj:
+        return "unchanged", None
+    key = data.draw(st.sampled_from(sorted(obj)))
+    if kind == "drop_key":
+        del obj[key]
+        path.write_text(json.dumps(obj))
+        return f"drop {key}", None
+    obj[key] = data.draw(HOSTILE_JSON)
+    path.write_text(json.dumps(obj))
+    return f"{key}={obj[key]!r}", None
+
+
+@FUZZ
+@given(data=st.data())
+def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    tree = tmp_path_factory.mktemp("rundir") / "t"
+    shutil.copytree(run_tree, tree)
+    name = data.draw(st.sampled_from(sorted(COMMANDS)))
+    argv_of, reads, writes = COMMANDS[name]
+    needed = sorted({p for pattern in reads for p in tree.glob(pattern) if p.is_file()})
+    files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
+    # Mostly a file the command reads; sometimes one it does not (must change nothing).
+    target = data.draw(st.sampled_from(needed if data.draw(st.integers(0, 4)) else files))
+    if target.suffix == ".parquet":
+        how, invalid = _mutate_table(target, tree, data)
+    else:
+        how, invalid = _mutate_json(target, data)
+    if target not in needed:
+        invalid = None
+    out = tree.parent / "out"
+    argv = argv_of(tree, out)
+    prog = gpu_main if argv[0] == "replay" else main
+    watch = tuple(tree / d for d in ("one", "all", "replay", "sweep"))
+    check_case(f"run dirs: {name}", argv, f"{target.relative_to(tree)}: {how}",
+               out if "--out" in argv else None,
+               expect=tuple(tree / w for w in writes), watch=watch, invalid=invalid,
+               prog=prog)  # fmt: skip

@@ -33,6 +33,9 @@ def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
             raise SpecraceError(f"{src} is a run of policy {name!r}, not {policy!r}")
         return [(name, src)]
     subs = [(p, src / p) for p in POLICIES if (src / p / "meta.json").is_file()]
+    broken = [p for p in POLICIES if (src / p).is_dir() and p not in dict(subs)]
+    if subs and broken:
+        raise SpecraceError(f"{src / broken[0]}: no meta.json (an incomplete run?)")
     for p, d in subs:
         if read_meta(d / "meta.json")["policy"] != p:
             raise SpecraceError(f"{d / 'meta.json'}: a run of another policy than {p!r}")

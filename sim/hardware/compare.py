@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.runs.io import read_parquet
+from sim.runs.io import read_table
 
 # The columns compare needs, with the kind of values each must hold.
 REQUIRED = {
@@ -28,7 +28,7 @@ def read_observed(path: Path) -> pd.DataFrame:
     """A replay table: a directory holding ``observed.parquet``, or the file itself."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    return read_parquet(path, "replay table (python -m gpu_check replay writes it)", REQUIRED)
+    return read_table(path, "observed.parquet")
 
 
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:

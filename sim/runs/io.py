@@ -50,6 +50,10 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise SpecraceError(f"{what} not found: {path}") from None
+    except UnicodeDecodeError:
+        raise SpecraceError(f"{what} {path} is not JSON text (binary)") from None
+    except RecursionError:
+        raise SpecraceError(f"{what} {path} is nested too deep to be ours") from None
     except (OSError, json.JSONDecodeError) as e:
         raise SpecraceError(f"{what} {path} is unreadable or truncated: {e}") from None
 
@@ -188,7 +192,43 @@ def read_table(path: Path, name: str):
                     f"{path} is a {other_what} ({other}), not a {what} ({name})"
                 ) from None
         raise
+    if name in ("observed.parquet", "sweep.parquet"):
+        _check_counts(df, path, what, name)
     return df
+
+
+def _check_counts(df, path: Path, what: str, name: str) -> None:
+    """A replay or sweep table: rows of known policies, counts that can be counts."""
+    from sim.model.policies import POLICIES, SYNC_SCHEDULING
+
+    if df.empty:
+        raise SpecraceError(f"{path}: the {what} has no rows")
+    policies = set(df["policy"].dropna()) - {*POLICIES, SYNC_SCHEDULING.name}
+    if policies or df["policy"].isna().any():
+        raise SpecraceError(f"{path}: unknown policy {sorted(policies)[:1] or [None]}")
+    if name == "sweep.parquet":
+        counts = df[["steps", "reads", "cpu_wrong", "gpu_wrong", "corrupted_requests"]]
+        if (counts < 0).any().any() or (df["steps"] < 1).any():
+            raise SpecraceError(f"{path}: negative counts or a point of no steps")
+        if ((df["cpu_wrong"] > df["reads"]) | (df["gpu_wrong"] > df["reads"])).any():
+            raise SpecraceError(f"{path}: more wrong reads than reads")
+        swept = [c for c in df.columns if c.startswith("set.")]
+        if not swept or df[swept].isna().any().any():
+            raise SpecraceError(f"{path}: no swept column (set.*), or a point without its value")
+        return
+    # Column groups that compare uses when present (a --sim-run replay; the landing timing).
+    groups = (
+        {"sim_gpu_wrong": "bool", "sim_landed": "bool", "sim_cpu_value": "int",
+         "sim_margin_ns": "int"},
+        {"land_predicted_ns": "int", "land_seen_ns": "int", "land_bracket_ns": "int",
+         "op_err_max_ns": "int"},
+    )  # fmt: skip
+    for group in groups:
+        if any(c in df.columns for c in group):
+            check_schema(df, group, f"{path}: not a whole {what}")
+    bad = (df["land_pos"] < -1) | (df["land_pos"] > df["n_ops"]) | (df["n_ops"] < 0)
+    if bad.any():
+        raise SpecraceError(f"{path}: a landing position outside its step's ops")
 
 
 def _matches(df, schema: dict[str, str]) -> bool:
@@ -266,6 +306,10 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
         ids = schedule.steps[int(n)].req_ids
         if r >= len(ids) or ids[r] != req:
             raise fail("reads.parquet", f"read {i}: request {req!r} is not in row {r} at step {n}")
+    dup = reads.duplicated(["step", "req_id"]) | reads.duplicated(["step", "row"])
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise fail("reads.parquet", f"read {i} repeats a read of step {step[i]}")
     kinds = set(reads["kind"].dropna()) - {"", "unlanded", "ownership", "double-permute"}
     if kinds or reads["kind"].isna().any():
         raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
