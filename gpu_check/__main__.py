@@ -140,6 +140,9 @@ def _need_cuda() -> None:
         raise UsageError("this needs a CUDA device and none is available")
 
 
+RECALL_CPU_S_MAX = 600
+
+
 def cmd_recall(args: argparse.Namespace) -> str:
     import torch
 
@@ -159,6 +162,14 @@ def cmd_recall(args: argparse.Namespace) -> str:
     overrides = {"num_reqs": args.num_reqs, "num_spec": args.k, "num_pairs": args.pairs}
     cfg = type(cfg)(**(vars(cfg) | {k: v for k, v in overrides.items() if v} | {"seed": args.seed}))
     _check_input(cfg.validate)
+    # The CPU reference: ~1 ms per request x (1+k)^2 x pair (16 x 8 x 32 took 26 s here).
+    cpu_s = cfg.num_reqs * (cfg.num_spec + 1) ** 2 * cfg.num_pairs * 1e-3
+    if not cuda and cpu_s > RECALL_CPU_S_MAX:
+        raise UsageError(
+            f"--num-reqs {cfg.num_reqs} --k {cfg.num_spec} --pairs {cfg.num_pairs} on the CPU "
+            f"takes about {cpu_s / 60:,.0f} min (> {RECALL_CPU_S_MAX // 60}): a smaller task, "
+            "or --device cuda"
+        )
     dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
     result = run_recall(cfg, device=args.device, impls=impls, dtype=dtype)
     if args.json:
@@ -262,17 +273,28 @@ def cmd_summary(args: argparse.Namespace) -> str:
 
     from gpu_check.summary import summary_markdown
 
-    return _check_input(summary_markdown, Path(args.dir))
+    d = Path(args.dir)
+    if not d.is_dir():
+        raise UsageError(f"--dir {args.dir}: not a directory")
+    return _vllm_input(summary_markdown, d, what=d, writer="gpu_check bench/recall/padding")
 
 
-def _vllm_input(fn, *args):
-    """Like _check_input, and a SpecraceError (missing or malformed file) is one line too."""
+def _vllm_input(fn, *args, what: object = "", writer: str = "gpu_check vllm-run/vllm-export"):
+    """``fn(*args)`` with bad input as one line naming ``what`` (the path the user gave): a
+    ValueError or SpecraceError (a missing or malformed file), and a file of another format
+    where a vllm-run record or export belongs (these readers index the JSON they load)."""
     from sim.errors import SpecraceError
 
     try:
-        return _check_input(fn, *args)
+        return fn(*args)
     except SpecraceError as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # also a JSON or UTF-8 decoding error
+        raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
+    except (KeyError, TypeError, IndexError, AttributeError, RecursionError, OSError) as exc:
+        raise UsageError(
+            f"{what}: not what {writer} writes ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def cmd_vllm_export(args: argparse.Namespace) -> str:
@@ -283,12 +305,12 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
 
     src = Path(args.raw)
     if src.is_dir():  # a version folder of data/vllm: every raw/*.json.gz, then the tables
-        reports = _vllm_input(export_folder, src)
+        reports = _vllm_input(export_folder, src, what=src)
         write_tables(src.parent)
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    return json.dumps(_vllm_input(export_run, src, Path(args.out)), indent=2)
+    return json.dumps(_vllm_input(export_run, src, Path(args.out), what=src), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -300,9 +322,9 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
-        rows = _vllm_input(lambda: results(folder)[0])
+        rows = _vllm_input(lambda: results(folder)[0], what=folder)
         return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:15])
-    report = _vllm_input(compare_dir, folder)
+    report = _vllm_input(compare_dir, folder, what=folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 
 
@@ -327,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             return main_run(args)
         print(COMMANDS[args.cmd](args))
     except UsageError as exc:
-        print(f"gpu_check: error: {exc}", file=sys.stderr)
+        from sim.errors import one_line
+
+        print(f"gpu_check: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpu_check: error: interrupted", file=sys.stderr)

@@ -79,8 +79,10 @@ def run_cli(argv: list[str], prog: Callable = main) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-def _listing(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
+def _listing(path: Path) -> dict[str, int]:
+    if not path.is_dir():
+        return {"": path.stat().st_mtime_ns} if path.exists() else {}
+    return {str(p.relative_to(path)): p.stat().st_mtime_ns for p in path.rglob("*")}
 
 
 def classify(code: int, err: str, out: Path | None, expect: list[Path], watched: dict,
@@ -95,7 +97,11 @@ def classify(code: int, err: str, out: Path | None, expect: list[Path], watched:
         whole = all(p.exists() for p in expect) and (out is None or out.is_dir())
         return "ok" if whole else "partial"
     left = out is not None and (
-        out.exists() or any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())
+        (out.exists() and out not in watched)
+        or (
+            out.parent.is_dir()
+            and any(p.name.startswith(f".{out.name}.") for p in out.parent.iterdir())
+        )
     )
     left = left or any(_listing(d) != before for d, before in watched.items())
     if left:
@@ -109,6 +115,8 @@ def check_case(surface: str, argv: list[str], what: str, out: Path | None = None
                invalid: bool | None = None, prog: Callable = main) -> str:  # fmt: skip
     """Run one case and classify it: record it (campaign) or fail on a bad outcome."""
     watched = {d: _listing(d) for d in watch if d.is_dir()}
+    if out is not None and out.exists():  # an --out given that exists: must be left as it was
+        watched[out] = _listing(out)
     code, err = run_cli(argv, prog)
     outcome = classify(code, err, out, list(expect), watched, invalid)
     if CAMPAIGN:
@@ -447,3 +455,138 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
                out if "--out" in argv else None,
                expect=tuple(tree / w for w in writes), watch=watch, invalid=invalid,
                prog=prog)  # fmt: skip
+
+
+# -- sweep specs: --vary, --seeds, --swarm, --steps, --policy; and resuming a sweep ----------
+SMALL_COUNTS = st.one_of(st.integers(1, 3).map(str), st.integers(1, 3).map(str), st.sampled_from(
+    ["0", "-1", "abc", "1e3", "", "2.5", str(10**30), "10000001", "1000001"]))  # fmt: skip
+VARY_VALUES = st.lists(HOSTILE_VALUES, min_size=0, max_size=3).map(",".join)
+SWEEP_KEYS = st.one_of(
+    st.sampled_from([k for k in parameter_keys() if k.startswith("timing.")]), KEYS
+)
+
+
+@FUZZ
+@given(data=st.data())
+def test_sweep_specs(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    d = tmp_path_factory.mktemp("sweep")
+    out = d / "sw"
+    mode = data.draw(st.sampled_from(["fresh", "fresh", "resume", "stale"]))
+    invalid: bool | None = None
+    if mode == "fresh":  # a valid sweep with one part hostile
+        part = data.draw(st.sampled_from(["vary", "vary", "values", "steps", "policy", "swarm",
+                                          "seeds", "workers", "out"]))  # fmt: skip
+        opts = {"--steps": "6", "--policy": "align", "--seeds": "1", "--workers": "1",
+                "--vary": "timing.dma_land_delay_ns=20000,40000"}  # fmt: skip
+        if part == "vary":
+            key = data.draw(SWEEP_KEYS)
+            opts["--vary"] = f"{key}={data.draw(VARY_VALUES)}"
+            invalid = key not in parameter_keys() or None
+        elif part == "values":
+            opts["--vary"] = f"timing.dma_land_delay_ns={data.draw(VARY_VALUES)}"
+        elif part == "swarm":
+            del opts["--vary"]
+            opts["--swarm"] = data.draw(SMALL_COUNTS)
+        elif part == "policy":
+            opts["--policy"] = data.draw(st.sampled_from(["align,unsynced", "all", "nope",
+                                                          "align,align", ",", ""]))  # fmt: skip
+        elif part == "workers":
+            opts["--workers"] = data.draw(st.sampled_from(["-1", "x", "5000", ""]))
+        elif part == "out":
+            out = data.draw(st.sampled_from([d / "file" / "sw", d / "file", Path("")]))
+            (d / "file").write_text("a file")
+        else:
+            opts[f"--{part}"] = data.draw(SMALL_COUNTS)
+        argv = ["sweep", "--scenario", "minimal-race", "--quiet"]
+        argv += [x for kv in opts.items() for x in kv]
+        argv += ["--out", str(out)]
+        check_case("sweep specs", argv, " ".join(argv[4:]), out if str(out) else None,
+                   expect=(out / "sweep.parquet",), invalid=invalid)  # fmt: skip
+        return
+    shutil.copytree(run_tree / "sweep", out)
+    argv = ["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
+            "--vary", "timing.dma_land_delay_ns=20000,40000", "--workers", "1", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    if mode == "stale":  # what a kill just before a rename leaves: removed on resume
+        stale = [out / ".sweep.parquet.k1ll3d_x.tmp", out / "points" / ".0123.json.abcdefgh.tmp"]
+        for p in stale:
+            p.write_text("half")
+        keep = out / ".notes.tmp"  # not of our naming: kept
+        keep.write_text("mine")
+        code, err = run_cli(argv)
+        assert code == 0, err
+        assert not any(p.exists() for p in stale) and keep.exists()
+        if CAMPAIGN:
+            check_case("sweep specs", argv, "resume over stale temporaries", None,
+                       expect=(out / "sweep.parquet",))  # fmt: skip
+        return
+    files = sorted(p for p in out.rglob("*.json"))
+    target = data.draw(st.sampled_from(files))
+    how, invalid = _mutate_json(target, data)
+    if how.startswith(("delete", "unchanged")):
+        invalid = None  # a point deleted is run again; without sweep.json the points still fit
+    # A sweep to resume is changed in place by design (new points): the check is one line on
+    # error and no stale temporary, so no directory is watched here.
+    check_case("sweep specs", argv, f"resume with {target.relative_to(out)}: {how}", None,
+               expect=(out / "sweep.parquet",), invalid=invalid)  # fmt: skip
+
+
+# -- gpu_check's command line on the CPU ---------------------------------------------------------
+GPU_INTS = st.one_of(st.integers(1, 6).map(str), st.sampled_from(
+    ["0", "-1", "x", "", "1.5", "1e3", str(10**30), "65537", "16"]))  # fmt: skip
+
+
+@FUZZ
+@given(data=st.data())
+def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    d = tmp_path_factory.mktemp("gpu")
+    out = d / "out"
+    (d / "file").write_text("not a directory")
+    paths = [str(run_tree / p) for p in ("one", "all", "replay", "sweep", "one/schedule.json",
+             "one/reads.parquet", "one/meta.json", "replay/observed.parquet")]  # fmt: skip
+    paths += [str(d / "file"), str(d / "missing"), "", str(d)]
+    cmd = data.draw(st.sampled_from(["replay", "replay", "replay", "padding", "summary",
+                                     "vllm-export", "vllm-compare", "recall", "bogus"]))  # fmt: skip
+    given_out: Path | None = None
+    expect: tuple[Path, ...] = ()
+    if cmd == "replay":
+        opts = {"--steps": "6", "--policy": "align"}
+        part = data.draw(st.sampled_from(["steps", "reps", "seed", "policy", "scenario",
+                                          "schedule", "sim-run", "out"]))  # fmt: skip
+        if part in ("schedule", "sim-run", "scenario"):
+            opts[f"--{part}"] = data.draw(st.sampled_from(paths + ["minimal-race", "nope"]))
+            if part != "scenario":
+                del opts["--steps"]
+        elif part == "policy":
+            opts["--policy"] = data.draw(st.sampled_from(["all", "nope", "align,", "unsynced"]))
+        elif part == "out":
+            out = data.draw(st.sampled_from([d / "file" / "o", d / "file", Path(""), d]))
+        else:
+            opts[f"--{part}"] = data.draw(GPU_INTS)
+        argv = ["replay", "--device", "cpu", *[x for kv in opts.items() for x in kv],
+                "--out", str(out)]  # fmt: skip
+        given_out = out if str(out) else None
+        expect = (out / "observed.parquet", out / "replay_summary.json")
+    elif cmd == "padding":
+        argv = ["padding", "--num-reqs", data.draw(GPU_INTS), "--k", data.draw(GPU_INTS),
+                "--max-num-seqs", data.draw(GPU_INTS), "--max-num-batched-tokens",
+                data.draw(st.one_of(GPU_INTS, st.just("8192")))]  # fmt: skip
+        argv += data.draw(st.sampled_from([[], ["--json"], ["--seed", "-1"]]))
+    elif cmd == "recall":
+        argv = ["recall", "--device", "cpu"]
+        argv += data.draw(st.sampled_from([["--num-reqs"], ["--k"], ["--pairs"]]))
+        argv += [data.draw(st.one_of(GPU_INTS, st.just("1024")))]
+        argv += data.draw(st.sampled_from([[], ["--impl", "triton"], ["--impl", "x"],
+                                           ["--dtype", "float16"], ["--seed", "-1"]]))  # fmt: skip
+    elif cmd == "summary":
+        argv = ["summary", "--dir", data.draw(st.sampled_from(paths))]
+    elif cmd == "vllm-export":
+        argv = ["vllm-export", data.draw(st.sampled_from(paths)), "--out", str(out)]
+        given_out = out
+    elif cmd == "vllm-compare":
+        argv = ["vllm-compare", data.draw(st.sampled_from(paths))]
+    else:
+        argv = [data.draw(st.text(max_size=8)), data.draw(st.text(max_size=8))]
+    watch = (run_tree, d) if given_out is None else (run_tree,)
+    check_case("gpu_check arguments", argv, " ".join(argv), given_out, expect=expect,
+               watch=watch, prog=gpu_main)  # fmt: skip

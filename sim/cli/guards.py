@@ -82,3 +82,46 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
             raise SpecraceError(f"--out {out}: {parent} is not a directory")
     remove_stale(out)
     remove_stale(out / "points")
+    check_points(out)
+
+
+def check_points(out: Path) -> None:
+    """The finished points a resumed sweep will collect: each a summary of its own name (the
+    file name is the hash of its settings, seed and policy), with counts that are counts, so
+    an edited or foreign point is named here instead of becoming a row of sweep.parquet."""
+    import math
+    import re
+
+    from sim.explore.sweep import point_id
+    from sim.model.policies import POLICIES
+    from sim.runs.io import read_json
+
+    folder = out / "points"
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.json")):
+        if not re.fullmatch(r"[0-9a-f]{16}\.json", path.name):
+            continue
+        row = read_json(path, "sweep point")
+
+        def fail(why: str, path: Path = path) -> SpecraceError:
+            return SpecraceError(f"{path}: not a point of this sweep ({why}); delete it to run "
+                                 "the point again")  # fmt: skip
+
+        if not isinstance(row, dict):
+            raise fail("not a JSON object")
+        policy, seed = row.get("policy"), row.get("seed")
+        if policy not in POLICIES or type(seed) is not int:
+            raise fail("no known policy or no integer seed")
+        settings = {k[4:]: v for k, v in row.items() if k.startswith("set.")}
+        if point_id({"set": settings, "seed": seed}, policy) != path.stem:
+            raise fail("its settings, seed and policy do not give its name")
+        for key in ("steps", "reads", "cpu_wrong", "gpu_wrong", "corrupted_requests"):
+            v = row.get(key)
+            if type(v) is not int or v < 0:
+                raise fail(f"{key} is {v!r}, not a count")
+        for key, v in row.items():
+            if key.startswith("set.") or key in ("policy", "scenario"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise fail(f"{key} is {v!r}, not a number")
