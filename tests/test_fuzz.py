@@ -590,3 +590,15 @@ def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObje
     watch = (run_tree, d) if given_out is None else (run_tree,)
     check_case("gpu_check arguments", argv, " ".join(argv), given_out, expect=expect,
                watch=watch, prog=gpu_main)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_campaign_is_clean() -> None:
+    """``make test-slow``: a larger campaign of fresh cases on every surface, all clean."""
+    import subprocess
+    import sys
+
+    n = os.environ.get("SPECRACE_FUZZ_EXAMPLES", "300")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/fuzz_campaign.py"), "--examples", n],
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-5000:]
