@@ -240,6 +240,9 @@ COMMANDS: dict[str, tuple] = {
                      "R"], ["replay/observed.parquet"], []),
     "plot replay": (lambda t, o: ["plot", str(t / "replay/observed.parquet"), "--req", "R",
                     "--step", "4"], ["replay/observed.parquet"], ["replay/landing_R_4.png"]),
+    "shrink": (lambda t, o: ["shrink", str(t / "one"), "--step", "4", "--req", "R"],
+               ["one/meta.json", "one/reads.parquet", "one/schedule.json"],
+               ["one/shrunk-4-R.toml"]),
     "plot sweep": (lambda t, o: ["plot", str(t / "sweep")], ["sweep/sweep.parquet"],
                    ["sweep/hazard.png"]),
 }  # fmt: skip
@@ -315,8 +318,8 @@ def _mutate_json(path: Path, data: st.DataObject) -> tuple[str, bool | None]:
     if kind == "delete":
         path.unlink()
         return kind, True
-    if kind == "truncate":
-        path.write_text(text[: data.draw(st.integers(0, len(text) - 1))])
+    if kind == "truncate":  # at least the last character that is not whitespace
+        path.write_text(text[: data.draw(st.integers(0, len(text.rstrip()) - 1))])
         return kind, True
     if kind == "garbage":
         path.write_text(data.draw(st.text(max_size=50)) + "{")
@@ -349,22 +352,38 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
     argv_of, reads, writes = COMMANDS[name]
     needed = sorted({p for pattern in reads for p in tree.glob(pattern) if p.is_file()})
     files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
-    # Mostly a file the command reads; sometimes one it does not (must change nothing).
-    target = data.draw(st.sampled_from(needed if data.draw(st.integers(0, 4)) else files))
-    if target.suffix == ".parquet":
-        how, invalid = _mutate_table(target, tree, data)
-    else:
-        how, invalid = _mutate_json(target, data)
-    if target not in needed:
-        invalid = None
     out = tree.parent / "out"
     argv = argv_of(tree, out)
+    # Mostly a file the command reads; sometimes one it does not (must change nothing); or the
+    # files as they are and a hostile option.
+    choice = data.draw(st.sampled_from(["needed"] * 4 + ["any", "option"]))
+    if choice == "option":
+        (tree.parent / "f").write_text("a file")
+        opt = data.draw(st.sampled_from(["--out", "--step", "--req", "--policy", "--x", "--y",
+                                         "--what", "--req-id"]))  # fmt: skip
+        value = data.draw(st.one_of(st.sampled_from(
+            ["", "-1", "99", "x", "4", "R", "all", "nope", "set.timing.dma_land_delay_ns",
+             str(tree.parent / "f" / "o"), str(tree.parent / "f"), str(tree / "one")]),
+            st.text(max_size=6)))  # fmt: skip
+        argv = [*argv, opt, value]
+        how, invalid = f"{opt} {value!r}", None
+    else:
+        target = data.draw(st.sampled_from(needed if choice == "needed" else files))
+        if target.suffix == ".parquet":
+            how, invalid = _mutate_table(target, tree, data)
+        else:
+            how, invalid = _mutate_json(target, data)
+        if target not in needed:
+            invalid = None
+        how = f"{target.relative_to(tree)}: {how}"
     prog = gpu_main if argv[0] == "replay" else main
     watch = tuple(tree / d for d in ("one", "all", "replay", "sweep"))
-    check_case(f"run dirs: {name}", argv, f"{target.relative_to(tree)}: {how}",
-               out if "--out" in argv else None,
-               expect=tuple(tree / w for w in writes), watch=watch, invalid=invalid,
-               prog=prog)  # fmt: skip
+    given_out: Path | None = out if "--out" in argv else None
+    expect = tuple(tree / w for w in writes)
+    if argv[-2] == "--out":  # a hostile --out: the output goes there, nothing else may change
+        given_out, expect, watch = None, (), (*watch, tree.parent)
+    check_case(f"run dirs: {name}", argv, how, given_out, expect=expect, watch=watch,
+               invalid=invalid, prog=prog)  # fmt: skip
 
 
 # -- sweep specs: --vary, --seeds, --swarm, --steps, --policy; and resuming a sweep ----------

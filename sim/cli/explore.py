@@ -16,6 +16,7 @@ from sim.model.policies import POLICIES, get_policy
 from sim.runs.io import (
     atomic_write,
     atomic_write_text,
+    check_out_path,
     check_run_tables,
     read_json,
     read_meta,
@@ -149,6 +150,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from sim.explore import plots
 
     src = Path(args.dir)
+    if args.out:
+        check_out_path(Path(args.out).with_suffix(".png"))
     if src.suffix == ".parquet" or (src / "observed.parquet").is_file():
         return _plot_replay(args, src)
     if (src / "sweep.parquet").is_file():
@@ -163,6 +166,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         else:
             fig, name = plots.hazard_plot(df, args.x or None), "hazard"
     else:
+        if args.x or args.y:
+            raise SpecraceError(f"--x/--y draw a sweep; {src} has no sweep.parquet")
         try:
             runs = run_dirs(src, args.policy)
         except SpecraceError as e:
@@ -236,6 +241,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     from sim.explore.timeline import build_timeline, pick_read, timeline_figure
 
     src = Path(args.dir)
+    if args.out:
+        check_out_path(Path(args.out).with_suffix(".png"))
     runs = traced_run_dirs(src, args.policy)
     schedule, loaded = load_run(src, runs)
     tables = [(p, t, r) for p, _m, t, r in loaded]

@@ -21,8 +21,12 @@ from sim.errors import SpecraceError
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` and rename ``tmp`` to ``path`` only if it succeeded."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_out_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise SpecraceError(f"cannot write {path}: {e.strerror}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -32,6 +36,15 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def check_out_path(path: Path) -> None:
+    """An output file's path: not empty, not a directory, no file where a folder belongs."""
+    if not str(path) or path.is_dir():
+        raise SpecraceError(f"--out {path}: a file name is needed, not a directory")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise SpecraceError(f"--out {path}: {parent} is not a directory")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -282,6 +295,9 @@ def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
     return removed
 
 
+COLS_IMPLIED = ("step", "row", "prev_row", "true_count", "prev_drafts")
+
+
 def check_run_tables(schedule, reads, trace, where: str) -> None:
     """A run's reads (and trace, if given) belong to ``schedule``: steps and rows that exist,
     each read's request in its row, one read and the step's row ops in the trace. What the
@@ -302,6 +318,8 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
         i = int(np.flatnonzero(bad)[0])
         raise fail("reads.parquet", f"read {i} is at step {step[i]}, row {row[i]} "
                    f"(the schedule has steps 1..{n_steps - 1}, rows 0..{n_rows - 1})")  # fmt: skip
+    if reads["req_id"].isna().any():
+        raise fail("reads.parquet", "a read without its request id")
     for i, (n, r, req) in enumerate(zip(step, row, reads["req_id"], strict=True)):
         ids = schedule.steps[int(n)].req_ids
         if r >= len(ids) or ids[r] != req:
@@ -310,6 +328,34 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise fail("reads.parquet", f"read {i} repeats a read of step {step[i]}")
+    # Exactly the reads the schedule implies (sim.model.reads.build_reads): one per row of
+    # step N >= 1 that was in a row of step N - 1, with that row's true count and drafts.
+    parts: dict[str, list[np.ndarray]] = {k: [np.zeros(0, np.int64)] for k in COLS_IMPLIED}
+    for n in range(1, n_steps):
+        pp = np.asarray(schedule.steps[n].prev_positions)
+        rows = np.flatnonzero(pp >= 0)
+        prev = schedule.steps[n - 1]
+        for k, v in zip(COLS_IMPLIED, (np.full(len(rows), n), rows, pp[rows],
+                        np.asarray(prev.accepted)[pp[rows]], np.asarray(prev.drafts)[pp[rows]]),
+                        strict=True):  # fmt: skip
+            parts[k].append(v)
+    want = {k: np.concatenate(v) for k, v in parts.items()}
+    got = reads.sort_values(["step", "row"], kind="stable")
+    if len(want["step"]) != len(got):
+        have = set(zip(step.tolist(), row.tolist(), strict=True))
+        implied = list(zip(want["step"].tolist(), want["row"].tolist(), strict=True))
+        missing = [(n, r) for n, r in implied if (n, r) not in have]
+        what = (f"no read of step {missing[0][0]}, row {missing[0][1]}" if missing
+                else "reads the schedule does not have")  # fmt: skip
+        raise fail("reads.parquet", f"{len(got)} reads, the schedule implies {len(implied)}: "
+                   f"{what}")  # fmt: skip
+    for k, v in want.items():
+        diff = np.flatnonzero(got[k].to_numpy() != v)
+        if len(diff):
+            i = int(diff[0])
+            n, r = got["step"].iloc[i], got["row"].iloc[i]
+            raise fail("reads.parquet", f"the read of step {n}, row {r} has {k} "
+                       f"{got[k].iloc[i]}, the schedule {v[i]}")  # fmt: skip
     kinds = set(reads["kind"].dropna()) - {"", "unlanded", "ownership", "double-permute"}
     if kinds or reads["kind"].isna().any():
         raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
@@ -327,10 +373,10 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
     worker = trace[trace["actor"] == "worker_cpu"]
     ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]["step"].value_counts()
     for n in sorted(set(t_step.tolist())):
-        want = len(schedule.steps[n].ops)
-        if int(ops.get(n, 0)) != want:
+        n_ops = len(schedule.steps[n].ops)
+        if int(ops.get(n, 0)) != n_ops:
             raise fail("trace.parquet", f"step {n} has {int(ops.get(n, 0))} row ops, "
-                       f"the schedule {want}")  # fmt: skip
+                       f"the schedule {n_ops}")  # fmt: skip
     once = {
         "read_counts": worker[worker["event"].str.startswith("read_counts")],
         "_update_states": worker[worker["event"] == "_update_states"],
