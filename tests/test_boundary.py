@@ -335,3 +335,14 @@ def test_inputs_beyond_the_machine_are_refused_up_front(tmp_path: Path) -> None:
     slow.write_text("[timing]\nworker_swap_ns = 10000000000000\n")
     refused(["replay", "--device", "cpu", "--scenario", str(slow), "--out", str(out)],
             "h in real time", out, prog=gpu_main)  # fmt: skip
+
+
+def test_a_plot_removes_what_a_killed_plot_left(tmp_path: Path, run_dir: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    stale = run / ".margins.png.abcdefgh.tmp"
+    stale.write_text("half a png")
+    assert run_cli(["plot", str(run)])[0] == 0
+    assert (run / "margins.png").is_file() and not stale.exists()

@@ -21,6 +21,7 @@ from sim.runs.io import (
     read_json,
     read_meta,
     read_table,
+    remove_stale,
 )
 
 
@@ -98,6 +99,7 @@ def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
             save_figure(fig, tmp, fmt)
 
         atomic_write(path, write)
+        remove_stale(path.parent, path.name)  # what a plot killed before its rename left
         written.append(path)
     return written
 
@@ -232,6 +234,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     tables = [(p, meta["scenario"].get("name", ""), t, r) for p, meta, t, r in loaded]
     out = (runs[0][1] if len(runs) == 1 else src) / "trace.perfetto.json"
     atomic_write_text(out, dumps(tables, schedule))
+    remove_stale(out.parent, out.name)
     print(f"wrote {out}: open it in ui.perfetto.dev")
     return 0
 
