@@ -27,6 +27,7 @@ def run_cli(argv: list[str], prog: Callable = main) -> tuple[int, str]:
     err = io.StringIO()
 
     def alarm(_sig, _frame):
+        signal.alarm(1)  # again in a second, should a handler on the way swallow this one
         raise Hang
 
     old = signal.signal(signal.SIGALRM, alarm)

@@ -126,11 +126,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise SpecraceError(f"--policy {args.policy}: a policy appears twice")
     if bool(args.vary) == bool(args.swarm):
         raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
+    from sim.cli.guards import check_sweep, check_vary
+
+    check_vary(args.vary)
     spec = SweepSpec(
         args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps
     )
-    from sim.cli.guards import check_sweep
-
     check_sweep(spec, load_scenario(args.scenario), Path(args.out))
     workers = args.workers
     if workers != 1 and not args.scheduler:

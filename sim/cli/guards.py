@@ -121,7 +121,24 @@ def check_points(out: Path) -> None:
             if type(v) is not int or v < 0:
                 raise fail(f"{key} is {v!r}, not a count")
         for key, v in row.items():
-            if key.startswith("set.") or key in ("policy", "scenario"):
+            if key.startswith("set.") or key == "policy":
+                continue
+            if key == "scenario":
+                if not isinstance(v, str):
+                    raise fail(f"scenario is {v!r}, not a name")
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise fail(f"{key} is {v!r}, not a number")
+
+
+def check_vary(items: list[str]) -> None:
+    """``--vary KEY=V1,V2,...`` values as ``sim.explore.sweep.parse_vary`` splits them: each a
+    number, string or boolean (a grid point of a list or a table has no meaning)."""
+    from sim.model.params import parse_value
+
+    for item in items:
+        key, _sep, values = item.partition("=")
+        for v in values.split(","):
+            if isinstance(parse_value(v.strip()), list | dict):
+                raise SpecraceError(f"--vary {key.strip()}: {v.strip()!r} is not one value "
+                                    "(a number, a string or true/false)")  # fmt: skip
