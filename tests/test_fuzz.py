@@ -366,7 +366,7 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
              str(tree.parent / "f" / "o"), str(tree.parent / "f"), str(tree / "one")]),
             st.text(max_size=6)))  # fmt: skip
         argv = [*argv, opt, value]
-        how, invalid = f"{opt} {value!r}", None
+        how, invalid, writes = f"{opt} {value!r}", None, []  # where it writes depends on it
     else:
         target = data.draw(st.sampled_from(needed if choice == "needed" else files))
         if target.suffix == ".parquet":
@@ -507,7 +507,7 @@ def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObje
     elif cmd == "recall":
         argv = ["recall", "--device", "cpu"]
         argv += data.draw(st.sampled_from([["--num-reqs"], ["--k"], ["--pairs"]]))
-        argv += [data.draw(st.one_of(GPU_INTS, st.just("1024")))]
+        argv += [data.draw(st.one_of(GPU_INTS, st.just("1025")))]  # (1024 is valid, and slow)
         argv += data.draw(st.sampled_from([[], ["--impl", "triton"], ["--impl", "x"],
                                            ["--dtype", "float16"], ["--seed", "-1"]]))  # fmt: skip
     elif cmd == "summary":

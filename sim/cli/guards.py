@@ -82,7 +82,35 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
             raise SpecraceError(f"--out {out}: {parent} is not a directory")
     remove_stale(out)
     remove_stale(out / "points")
+    check_spec_file(out / "sweep.json")
     check_points(out)
+
+
+def check_spec_file(path: Path) -> None:
+    """The ``sweep.json`` of a sweep to resume or extend: the shape ``SweepSpec.to_json``
+    writes, so comparing it with the new spec cannot fail halfway."""
+    from sim.model.policies import POLICIES
+    from sim.runs.io import read_json
+
+    if not path.is_file():
+        return
+    d = read_json(path, "sweep spec")
+
+    def scalar(v: object) -> bool:
+        return isinstance(v, str | int | float | bool)
+
+    ok = isinstance(d, dict) and set(d) == {"scenario", "policies", "vary", "swarm", "seeds",
+                                            "steps"}  # fmt: skip
+    ok = ok and isinstance(d["scenario"], str) and isinstance(d["policies"], list)
+    ok = ok and all(isinstance(p, str) and p in POLICIES for p in d["policies"])
+    ok = ok and all(type(d[k]) is int and d[k] >= 0 for k in ("swarm", "seeds", "steps"))
+    ok = ok and isinstance(d["vary"], list) and all(
+        isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], str)
+        and isinstance(kv[1], list) and all(scalar(v) for v in kv[1])
+        for kv in d["vary"]
+    )  # fmt: skip
+    if not ok:
+        raise SpecraceError(f"{path}: not a sweep spec (python -m sim sweep writes it)")
 
 
 def check_points(out: Path) -> None:
@@ -111,7 +139,7 @@ def check_points(out: Path) -> None:
         if not isinstance(row, dict):
             raise fail("not a JSON object")
         policy, seed = row.get("policy"), row.get("seed")
-        if policy not in POLICIES or type(seed) is not int:
+        if not isinstance(policy, str) or policy not in POLICIES or type(seed) is not int:
             raise fail("no known policy or no integer seed")
         settings = {k[4:]: v for k, v in row.items() if k.startswith("set.")}
         if point_id({"set": settings, "seed": seed}, policy) != path.stem:
