@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +22,23 @@ class Hang(BaseException):
     """Raised by the alarm: not an Exception, so no handler of the CLI can swallow it."""
 
 
-def run_cli(argv: list[str], prog: Callable = main) -> tuple[int, str]:
-    """Exit status and stderr of one in-process command; an escaped exception is reported as
-    the traceback Python would print (status 1), a hang as status -1."""
+def run_cli(argv: list[str], prog: Callable = main, cwd: Path | None = None) -> tuple[int, str]:
+    """Exit status and stderr of one in-process command, run in ``cwd`` (default: a scratch
+    folder, removed after: a relative path a case names never lands in the repository); an
+    escaped exception is reported as the traceback Python would print (status 1), a hang as
+    status -1."""
+    if cwd is None:
+        with tempfile.TemporaryDirectory(prefix="specrace-fuzz-") as scratch:
+            return run_cli(argv, prog, Path(scratch))
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return _run(argv, prog)
+    finally:
+        os.chdir(here)
+
+
+def _run(argv: list[str], prog: Callable) -> tuple[int, str]:
     err = io.StringIO()
 
     def alarm(_sig, _frame):
@@ -84,11 +99,13 @@ def check_case(surface: str, argv: list[str], what: str, out: Path | None = None
                expect: tuple[Path, ...] = (), watch: tuple[Path, ...] = (),
                invalid: bool | None = None, prog: Callable = main) -> str:  # fmt: skip
     """Run one case and classify it: record it (campaign) or fail on a bad outcome."""
-    watched = {d: _listing(d) for d in watch if d.is_dir()}
-    if out is not None and out.exists():  # an --out given that exists: must be left as it was
-        watched[out] = _listing(out)
-    code, err = run_cli(argv, prog)
-    outcome = classify(code, err, out, list(expect), watched, invalid)
+    with tempfile.TemporaryDirectory(prefix="specrace-fuzz-") as scratch:
+        cwd = Path(scratch)  # the working directory: a failure must leave it empty too
+        watched = {d: _listing(d) for d in (*watch, cwd) if d.is_dir()}
+        if out is not None and out.exists():  # an --out given that exists: left as it was
+            watched[out] = _listing(out)
+        code, err = run_cli(argv, prog, cwd)
+        outcome = classify(code, err, out, list(expect), watched, invalid)
     if CAMPAIGN:
         with open(CAMPAIGN, "a") as f:
             f.write(json.dumps({"surface": surface, "outcome": outcome, "case": what[:300],

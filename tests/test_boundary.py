@@ -126,13 +126,15 @@ def test_seed_minus_one(tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["under a file", "a file", "empty"])
 def test_out_that_cannot_be_a_directory(tmp_path: Path, where: str) -> None:
     (tmp_path / "f").write_text("a file")
-    out = {"under a file": tmp_path / "f" / "o", "a file": tmp_path / "f", "empty": Path("")}[where]
+    out = {"under a file": str(tmp_path / "f" / "o"), "a file": str(tmp_path / "f"), "empty": ""}[
+        where
+    ]
     sweep = ["sweep", "--scenario", "minimal-race", "--vary", "timing.dma_land_delay_ns=1,2",
              "--steps", "4", "--workers", "1"]  # fmt: skip
     for argv, prog in ((["run", "--scenario", "minimal-race"], main),
                        (["schedule", "--scenario", "minimal-race"], main), (sweep, main),
                        (["replay", "--device", "cpu", "--steps", "4"], gpu_main)):  # fmt: skip
-        refused([*argv, "--out", str(out)], "--out", None, prog=prog, watch=(tmp_path,))
+        refused([*argv, "--out", out], "--out", None, prog=prog, watch=(tmp_path,))
     assert (tmp_path / "f").read_text() == "a file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
@@ -346,3 +348,12 @@ def test_a_plot_removes_what_a_killed_plot_left(tmp_path: Path, run_dir: Path) -
     stale.write_text("half a png")
     assert run_cli(["plot", str(run)])[0] == 0
     assert (run / "margins.png").is_file() and not stale.exists()
+
+
+def test_out_that_is_the_working_directory() -> None:
+    """``--out .`` (found by the fuzz): the rename of the working directory failed with a
+    traceback and left ``..XXXXXXXX.old`` behind; now one line before any work."""
+    for argv, prog in ((["run", "--scenario", "minimal-race"], main),
+                       (["replay", "--device", "cpu", "--steps", "4"], gpu_main)):  # fmt: skip
+        for out in (".", "..", "./"):
+            refused([*argv, "--out", out], "is the working directory", prog=prog)

@@ -423,17 +423,18 @@ def test_sweep_specs(tmp_path_factory, run_tree: Path, data: st.DataObject) -> N
                                                           "align,align", ",", ""]))  # fmt: skip
         elif part == "workers":
             opts["--workers"] = data.draw(st.sampled_from(["-1", "x", "5000", ""]))
-        elif part == "out":
-            out = data.draw(st.sampled_from([d / "file" / "sw", d / "file", Path("")]))
+        elif part == "out":  # "." and "" are the scratch working directory of the case
+            out = data.draw(st.sampled_from([d / "file" / "sw", d / "file", Path("."), d, None]))
             (d / "file").write_text("a file")
         else:
             extra = ["1000001"] if part in ("seeds", "swarm") else []
             opts[f"--{part}"] = data.draw(st.one_of(SMALL_COUNTS, st.sampled_from(extra or ["0"])))
         argv = ["sweep", "--scenario", "minimal-race", "--quiet"]
         argv += [x for kv in opts.items() for x in kv]
-        argv += ["--out", str(out)]
-        check_case("sweep specs", argv, " ".join(argv[4:]), out if str(out) else None,
-                   expect=(out / "sweep.parquet",), invalid=invalid)  # fmt: skip
+        argv += ["--out", "" if out is None else str(out)]
+        given = out if out is not None and out.is_absolute() else None
+        check_case("sweep specs", argv, " ".join(argv[4:]), given,
+                   expect=(given / "sweep.parquet",) if given else (), invalid=invalid)  # fmt: skip
         return
     shutil.copytree(run_tree / "sweep", out)
     argv = ["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
@@ -491,14 +492,15 @@ def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObje
                 del opts["--steps"]
         elif part == "policy":
             opts["--policy"] = data.draw(st.sampled_from(["all", "nope", "align,", "unsynced"]))
-        elif part == "out":
-            out = data.draw(st.sampled_from([d / "file" / "o", d / "file", Path(""), d]))
+        elif part == "out":  # "." and "" are the scratch working directory of the case
+            out = data.draw(st.sampled_from([d / "file" / "o", d / "file", Path("."), d, None]))
         else:
             opts[f"--{part}"] = data.draw(GPU_INTS)
         argv = ["replay", "--device", "cpu", *[x for kv in opts.items() for x in kv],
-                "--out", str(out)]  # fmt: skip
-        given_out = out if str(out) else None
-        expect = (out / "observed.parquet", out / "replay_summary.json")
+                "--out", "" if out is None else str(out)]  # fmt: skip
+        given_out = out if out is not None and out.is_absolute() else None
+        if given_out:
+            expect = (given_out / "observed.parquet", given_out / "replay_summary.json")
     elif cmd == "padding":
         argv = ["padding", "--num-reqs", data.draw(GPU_INTS), "--k", data.draw(GPU_INTS),
                 "--max-num-seqs", data.draw(GPU_INTS), "--max-num-batched-tokens",

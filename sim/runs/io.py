@@ -87,6 +87,11 @@ def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
     """
     if not str(out):
         raise SpecraceError("--out is empty: name a directory")
+    if out.name in ("", ".", "..") or out.resolve() in (Path.cwd(), *Path.cwd().parents):
+        raise SpecraceError(
+            f"--out {out} is the working directory or a folder above it, which a run cannot "
+            "replace: name a new directory"
+        )
     if out.exists() and not out.is_dir():
         raise SpecraceError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
