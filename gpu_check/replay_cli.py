@@ -18,14 +18,13 @@ from gpu_check.replay import (
     op_offsets,
     replay,
 )
-from sim.cli.args import MAX_STEPS
-from sim.cli.guards import guard_resources
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, get_policy
 from sim.model.schedule import read_schedule
 from sim.model.scheduling import build_schedule
+from sim.runs.limits import MAX_STEPS, guard_resources
 from sim.runs.run import write_parquet
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from sim.runs.limits import MAX_STEPS
+
 
 def int_in(lo: int, hi: int, shown: str):
     """An argparse type: an integer in ``lo..hi`` (``shown`` is how the range reads)."""
@@ -21,6 +23,5 @@ def int_in(lo: int, hi: int, shown: str):
     return parse
 
 
-MAX_STEPS = 10_000_000
 steps_arg = int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")  # --steps: engine steps
 seed_arg = int_in(0, 2**63 - 1, "0..2^63-1")  # --seed

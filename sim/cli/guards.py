@@ -5,35 +5,16 @@ front with the estimate, not discovered by the OOM killer hours later."""
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.errors import SpecraceError
 from sim.model.params import Scenario
 from sim.runs.io import remove_stale
+from sim.runs.limits import guard_resources
 
 if TYPE_CHECKING:
     from sim.explore.sweep import SweepSpec
-
-# Measured: a run holds ~40 KB per step of qwen35-mtp3 (64 rows) in memory, ~650 B per row-step.
-BYTES_PER_ROW_STEP = 650
-
-
-def guard_resources(scenario: Scenario, steps: int) -> None:
-    """Refuse up front a run that would need more memory than this machine has."""
-    need = steps * scenario.engine.max_num_seqs * BYTES_PER_ROW_STEP
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return
-    if need > 0.8 * have:
-        raise SpecraceError(
-            f"--steps {steps:,} x {scenario.engine.max_num_seqs} rows needs about "
-            f"{need / 2**30:.1f} GiB of memory, more than the {have / 2**30:.1f} GiB available; "
-            "run fewer steps (or several seeds)"
-        )
-
 
 # A 100-point sweep of 2,000-step runs under the 9 policies took 138 s serial (README, Speed).
 POLICY_POINT_STEPS_PER_S = 13_000

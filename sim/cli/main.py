@@ -13,7 +13,6 @@ from pathlib import Path
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
 from sim.cli.args import seed_arg, steps_arg
-from sim.cli.guards import guard_resources
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -26,6 +25,7 @@ from sim.model.params import (
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
 from sim.runs.io import atomic_write_text, fresh_output_dir
+from sim.runs.limits import guard_resources
 
 
 def _overrides(items: list[str]) -> dict[str, str]:

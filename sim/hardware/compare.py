@@ -13,15 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.runs.io import read_table
+from sim.runs.io import OBSERVED_COLUMNS, read_table
 
-# The columns compare needs, with the kind of values each must hold.
-REQUIRED = {
-    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
-    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
-    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
-    "reads_buffer": "bool",
-}  # fmt: skip
+# The columns compare needs, with the kind of values each must hold (sim.runs.io checks them).
+REQUIRED = OBSERVED_COLUMNS
 
 
 def read_observed(path: Path) -> pd.DataFrame:

@@ -1,7 +1,10 @@
-"""All file I/O of ``sim``: atomic writes and the run directory.
+"""All file I/O of ``sim``: atomic writes, the run directory, and the checks of what is read.
 
 Every output is written to a temporary file in the target folder and renamed into place,
-so a killed run never leaves a half-written file behind.
+so a killed run never leaves a half-written file behind (:func:`remove_stale` clears what a
+kill just before the rename left). Every table a command reads is checked before use: the
+expected file, its schema (:func:`table_kinds`), and a run's tables against its schedule
+(:func:`check_run_tables`).
 """
 
 from __future__ import annotations
@@ -167,10 +170,18 @@ def check_schema(df, schema: dict[str, str], prefix: str) -> None:
             raise SpecraceError(f"{prefix} (column {col} is {dtype}, expected {kind})")
 
 
+# The columns of a hardware replay table that compare needs, with the kind of values of each.
+OBSERVED_COLUMNS = {
+    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
+    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
+    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
+    "reads_buffer": "bool",
+}  # fmt: skip
+
+
 # -- the tables a command reads: the expected file, its schema, a clear line for the wrong kind
 # file name -> (what it is, what writes it, column -> int | bool | string | float)
 def table_kinds() -> dict[str, tuple[str, str, dict[str, str]]]:
-    from sim.hardware.compare import REQUIRED as OBSERVED
     from sim.model.reads import READ_COLUMNS
 
     kind = {"int64": "int", "int32": "int", "bool": "bool", "string": "string"}
@@ -183,7 +194,7 @@ def table_kinds() -> dict[str, tuple[str, str, dict[str, str]]]:
             {"time_ns": "int", "dur_ns": "int", "step": "int", "actor": "string",
              "event": "string", "row": "int", "value": "int", "req_id": "string"},
         ),
-        "observed.parquet": ("replay table", "python -m gpu_check replay", OBSERVED),
+        "observed.parquet": ("replay table", "python -m gpu_check replay", OBSERVED_COLUMNS),
         "sweep.parquet": (
             "sweep table", "python -m sim sweep",
             {"policy": "string", "seed": "int", "steps": "int", "reads": "int",
