@@ -494,8 +494,10 @@ def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObje
             opts["--policy"] = data.draw(st.sampled_from(["all", "nope", "align,", "unsynced"]))
         elif part == "out":  # "." and "" are the scratch working directory of the case
             out = data.draw(st.sampled_from([d / "file" / "o", d / "file", Path("."), d, None]))
-        else:
-            opts[f"--{part}"] = data.draw(GPU_INTS)
+        else:  # small valid values (a valid replay of 10^5 steps is only slow) or invalid ones
+            past = {"steps": "10000001", "reps": "1000001", "seed": str(2**63)}[part]
+            opts[f"--{part}"] = data.draw(st.one_of(st.integers(1, 6).map(str), st.sampled_from(
+                ["0", "-1", "x", "", "1.5", "1e3", str(10**30), past])))  # fmt: skip
         argv = ["replay", "--device", "cpu", *[x for kv in opts.items() for x in kv],
                 "--out", "" if out is None else str(out)]  # fmt: skip
         given_out = out if out is not None and out.is_absolute() else None
