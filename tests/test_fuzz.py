@@ -91,7 +91,10 @@ def _mutate_toml(text: str, data: st.DataObject) -> tuple[str, bool | None]:
     if kind == "unknown":
         lines.insert(i, f"{key.strip()}x = 1")
         return "\n".join(lines), True
-    lines[i] = f"{key}= {data.draw(HOSTILE_VALUES)}"
+    # A valid default_steps stays small: a schedule of 10^6 steps is slow, not a hang.
+    steps = st.one_of(st.integers(1, 50).map(str), st.sampled_from(["10000001", "0", "-1"]))
+    value = data.draw(steps if key.strip() == "default_steps" else HOSTILE_VALUES)
+    lines[i] = f"{key}= {value}"
     return "\n".join(lines), None
 
 
