@@ -312,7 +312,11 @@ def test_inputs_beyond_the_machine_are_refused_up_front(tmp_path: Path) -> None:
     refused(["schedule", "--scenario", str(big), "--out", str(out)], "tokens of one request", out)
     long = tmp_path / "long.toml"
     long.write_text(f"default_steps = {10**12}\n")
-    refused(["schedule", "--scenario", str(long), "--out", str(out)], "GiB of memory", out)
+    refused(["schedule", "--scenario", str(long), "--out", str(out)], "default_steps", out)
+    wide = tmp_path / "wide.toml"  # 10^7 steps x 65,536 rows: ~400 TiB
+    wide.write_text("default_steps = 10000000\n[engine]\nmax_num_seqs = 65536\n"
+                    "max_num_batched_tokens = 1000000\n")  # fmt: skip
+    refused(["schedule", "--scenario", str(wide), "--out", str(out)], "GiB of memory", out)
     refused(
         [
             "sweep",
