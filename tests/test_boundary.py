@@ -361,3 +361,18 @@ def test_out_that_is_the_working_directory() -> None:
                        (["replay", "--device", "cpu", "--steps", "4"], gpu_main)):  # fmt: skip
         for out in (".", "..", "./"):
             refused([*argv, "--out", out], "is the working directory", prog=prog)
+
+
+def test_a_replay_summary_that_is_not_one(tmp_path: Path, run_dir: Path) -> None:
+    """Found by a 21,000-case campaign: a replay_summary.json holding a bare number gave an
+    AttributeError in ``plot``; the summary is optional, but one of another shape is named."""
+    rp = tmp_path / "rp"
+    code, err = run_cli(["replay", "--device", "cpu", "--sim-run", str(run_dir), "--out",
+                         str(rp)], gpu_main)  # fmt: skip
+    assert code == 0, err
+    argv = ["plot", str(rp / "observed.parquet"), "--req", "R", "--step", "4"]
+    for bad in ("5", "[]", '{"scenario": 3}', '{"scenario": "minimal-race", "seed": -1}'):
+        (rp / "replay_summary.json").write_text(bad)
+        refused(argv, "not a replay summary", watch=(rp,))
+    (rp / "replay_summary.json").unlink()
+    assert run_cli(argv)[0] == 0 and (rp / "landing_R_4.png").is_file()

@@ -204,7 +204,11 @@ def _plot_replay(args: argparse.Namespace, src: Path) -> int:
     )
     if not scenario and src.suffix == ".parquet" and summary.is_file():
         meta = read_json(summary, "replay summary")
-        scenario, seed = meta.get("scenario", ""), int(meta.get("seed", 0))
+        name, seed_ = (meta.get("scenario"), meta.get("seed", 0)) if isinstance(
+            meta, dict) else (None, None)  # fmt: skip
+        if not isinstance(name, str) or type(seed_) is not int or not 0 <= seed_ < 2**63:
+            raise SpecraceError(f"{summary}: not a replay summary (a scenario name and a seed)")
+        scenario, seed = name, seed_
     labels = None
     if scenario:
         sc = load_scenario(scenario)
