@@ -376,3 +376,10 @@ def test_a_replay_summary_that_is_not_one(tmp_path: Path, run_dir: Path) -> None
         refused(argv, "not a replay summary", watch=(rp,))
     (rp / "replay_summary.json").unlink()
     assert run_cli(argv)[0] == 0 and (rp / "landing_R_4.png").is_file()
+
+
+def test_schedule_requests_of_another_shape(tmp_path: Path, schedule: dict) -> None:
+    """Found by the same campaign: ``requests`` of bare numbers passed the schedule check and
+    gave a TypeError in ``shrink``; now the schedule is refused with the request named."""
+    schedule["requests"] = [1, 0]
+    run_schedule(tmp_path, schedule, "requests[0]")
