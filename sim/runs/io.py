@@ -244,6 +244,11 @@ def _check_counts(df, path: Path, what: str, name: str) -> None:
         swept = [c for c in df.columns if c.startswith("set.")]
         if not swept or df[swept].isna().any().any():
             raise SpecraceError(f"{path}: no swept column (set.*), or a point without its value")
+        from pandas.api import types
+
+        for c in swept:  # a time is drawn on a numeric axis
+            if (c.endswith("_ns") or "_ns_" in c) and not types.is_numeric_dtype(df[c].dtype):
+                raise SpecraceError(f"{path}: swept time {c} is {df[c].dtype}, not a number")
         return
     # Column groups that compare uses when present (a --sim-run replay; the landing timing).
     groups = (
