@@ -14,6 +14,7 @@ from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
 from gpu_check.tables import format_table
+from sim.runs.limits import MAX_STEPS
 
 
 class UsageError(Exception):
@@ -25,18 +26,33 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {value}")
-    return value
+def int_in(lo: int, hi: int, shown: str):
+    """An argparse type: an integer in ``lo..hi`` (as sim's command line has them)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
+        return value
+
+    return parse
+
+
+steps_arg = int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")
+seed_arg = int_in(0, 2**63 - 1, "0..2^63-1")
+
+
+def _count(hi: int):
+    """A count in 1..hi: the bound keeps an input from asking for more memory than a machine
+    has (the batch sizes vLLM takes; k as sim's num_speculative_tokens)."""
+    return int_in(1, hi, f"1..{hi:,}")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
-    return tuple(_positive(t) for t in text.split(","))
+    return tuple(_count(65_536)(t) for t in text.split(","))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,34 +63,35 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     r.add_argument("--impl", help="comma list of reference,triton,fla (default per device)")
     r.add_argument("--dtype", choices=("float32", "bfloat16"), help="input dtype")
-    r.add_argument("--num-reqs", type=_positive)
-    r.add_argument("--k", type=_positive, help="draft tokens per step (num_speculative_tokens)")
-    r.add_argument("--pairs", type=_positive, help="key->value pairs written by the prefill")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--num-reqs", type=_count(1024))
+    r.add_argument("--k", type=_count(15), help="draft tokens per step (num_speculative_tokens)")
+    r.add_argument("--pairs", type=_count(4096), help="key->value pairs written by the prefill")
+    r.add_argument("--seed", type=seed_arg, default=0)
     r.add_argument("--json", action="store_true")
 
     d = sub.add_parser("padding", help="FULL-cudagraph GDN metadata shapes before/after #45100")
-    d.add_argument("--num-reqs", type=_positive, required=True)
-    d.add_argument("--k", type=_positive, required=True)
-    d.add_argument("--max-num-seqs", type=_positive, default=256)
-    d.add_argument("--max-num-batched-tokens", type=_positive, default=8192)
+    d.add_argument("--num-reqs", type=_count(65_536), required=True)
+    d.add_argument("--k", type=_count(15), required=True)
+    d.add_argument("--max-num-seqs", type=_count(65_536), default=256)
+    d.add_argument("--max-num-batched-tokens", type=_count(2**24), default=8192)
     d.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: also capture and replay a CUDA graph per rule")  # fmt: skip
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=seed_arg, default=0)
     d.add_argument("--json", action="store_true")
 
     y = sub.add_parser("replay", help="replay a schedule's row ops against a real D2H copy")
     y.add_argument("--scenario", default="minimal-race", help="built-in name or TOML path")
     y.add_argument("--policy", default="all", help="comma list of policies, or all")
-    y.add_argument("--steps", type=_positive, default=0, help="engine steps (default: scenario's)")
+    y.add_argument("--steps", type=steps_arg, default=0, help="engine steps (default: scenario's)")
     y.add_argument("--schedule", default="", help="replay this schedule.json (from sim)")
     y.add_argument(
         "--sim-run",
         default="",
         help="a `sim run` directory: replay with the model's own timing, per policy",
     )
-    y.add_argument("--reps", type=_positive, default=1, help="replay the steps this many times")
-    y.add_argument("--seed", type=int, default=0)
+    y.add_argument("--reps", type=int_in(1, 10**6, "1..10^6"), default=1,
+                   help="replay the steps this many times")  # fmt: skip
+    y.add_argument("--seed", type=seed_arg, default=0)
     y.add_argument(
         "--device",
         choices=("cuda", "cpu"),
@@ -98,24 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="time our kernel and fla's against the copy floor (CUDA)")
     b.add_argument("--ns", type=_int_list, default=None, help="comma list of batch sizes N")
-    b.add_argument("--k", type=_positive, default=3)
+    b.add_argument("--k", type=_count(15), default=3)
     b.add_argument("--out", help="directory for NAME.csv and NAME_summary.json")
     b.add_argument("--name", default="bench", help="file stem under --out (default: bench)")
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=seed_arg, default=0)
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
     v.add_argument("--modes", default="align,none", help="comma list of align,none")
     v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
-    v.add_argument("--num-requests", type=_positive, default=192)
-    v.add_argument("--k", type=_positive, default=3, help="MTP draft tokens per step")
-    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--num-requests", type=_count(10**6), default=192)
+    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
+    v.add_argument("--seed", type=seed_arg, default=0)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
     v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
-    v.add_argument("--arrival-every", type=_positive, default=2, help="staggered: steps apart")
+    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
     v.add_argument(
@@ -141,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("dir", help="data/vllm (version folders of exported runs, with raw/)")
     f.add_argument("--out", required=True, help="output folder (e.g. data/vllm/forward)")
-    f.add_argument("--seeds", type=_positive, default=5, help="sim seeds per configuration")
+    f.add_argument("--seeds", type=_count(1000), default=5, help="sim seeds per configuration")
     return p
 
 
@@ -160,6 +177,9 @@ def _need_cuda() -> None:
         raise UsageError("this needs torch with a CUDA device; torch is not installed") from None
     if not torch.cuda.is_available():
         raise UsageError("this needs a CUDA device and none is available")
+
+
+RECALL_CPU_S_MAX = 600
 
 
 def cmd_recall(args: argparse.Namespace) -> str:
@@ -181,6 +201,14 @@ def cmd_recall(args: argparse.Namespace) -> str:
     overrides = {"num_reqs": args.num_reqs, "num_spec": args.k, "num_pairs": args.pairs}
     cfg = type(cfg)(**(vars(cfg) | {k: v for k, v in overrides.items() if v} | {"seed": args.seed}))
     _check_input(cfg.validate)
+    # The CPU reference: ~1 ms per request x (1+k)^2 x pair (16 x 8 x 32 took 26 s here).
+    cpu_s = cfg.num_reqs * (cfg.num_spec + 1) ** 2 * cfg.num_pairs * 1e-3
+    if not cuda and cpu_s > RECALL_CPU_S_MAX:
+        raise UsageError(
+            f"--num-reqs {cfg.num_reqs} --k {cfg.num_spec} --pairs {cfg.num_pairs} on the CPU "
+            f"takes about {cpu_s / 60:,.0f} min (> {RECALL_CPU_S_MAX // 60}): a smaller task, "
+            "or --device cuda"
+        )
     dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
     result = run_recall(cfg, device=args.device, impls=impls, dtype=dtype)
     if args.json:
@@ -284,17 +312,28 @@ def cmd_summary(args: argparse.Namespace) -> str:
 
     from gpu_check.summary import summary_markdown
 
-    return _check_input(summary_markdown, Path(args.dir))
+    d = Path(args.dir)
+    if not d.is_dir():
+        raise UsageError(f"--dir {args.dir}: not a directory")
+    return _vllm_input(summary_markdown, d, what=d, writer="gpu_check bench/recall/padding")
 
 
-def _vllm_input(fn, *args):
-    """Like _check_input, and a SpecraceError (missing or malformed file) is one line too."""
+def _vllm_input(fn, *args, what: object = "", writer: str = "gpu_check vllm-run/vllm-export"):
+    """``fn(*args)`` with bad input as one line naming ``what`` (the path the user gave): a
+    ValueError or SpecraceError (a missing or malformed file), and a file of another format
+    where a vllm-run record or export belongs (these readers index the JSON they load)."""
     from sim.errors import SpecraceError
 
     try:
-        return _check_input(fn, *args)
+        return fn(*args)
     except SpecraceError as exc:
         raise UsageError(str(exc)) from None
+    except ValueError as exc:  # also a JSON or UTF-8 decoding error
+        raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
+    except (KeyError, TypeError, IndexError, AttributeError, RecursionError, OSError) as exc:
+        raise UsageError(
+            f"{what}: not what {writer} writes ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def cmd_vllm_export(args: argparse.Namespace) -> str:
@@ -305,12 +344,12 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
 
     src = Path(args.raw)
     if src.is_dir():  # a version folder of data/vllm: every raw/*.json.gz, then the tables
-        reports = _vllm_input(export_folder, src)
+        reports = _vllm_input(export_folder, src, what=src)
         write_tables(src.parent)
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    return json.dumps(_vllm_input(export_run, src, Path(args.out)), indent=2)
+    return json.dumps(_vllm_input(export_run, src, Path(args.out), what=src), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -322,13 +361,13 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
-        rows = _vllm_input(lambda: results(folder)[0])
+        rows = _vllm_input(lambda: results(folder)[0], what=folder)
         if args.markdown:
             from gpu_check.vllm.tables import configs_markdown, summary_markdown
 
             return summary_markdown(rows) + "\n" + configs_markdown(rows)
         return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:16])
-    report = _vllm_input(compare_dir, folder)
+    report = _vllm_input(compare_dir, folder, what=folder)
     return json.dumps(report, indent=2) if args.json else report_text(report)
 
 
@@ -362,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             return main_run(args)
         print(COMMANDS[args.cmd](args))
     except UsageError as exc:
-        print(f"gpu_check: error: {exc}", file=sys.stderr)
+        from sim.errors import one_line
+
+        print(f"gpu_check: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("gpu_check: error: interrupted", file=sys.stderr)

@@ -10,13 +10,21 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.environment import environment
-from gpu_check.replay import CountsDevice, CudaCounts, ReplayConfig, ScriptedCounts, replay
+from gpu_check.replay import (
+    CountsDevice,
+    CudaCounts,
+    ReplayConfig,
+    ScriptedCounts,
+    op_offsets,
+    replay,
+)
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
-from sim.model.policies import POLICIES, get_policy
+from sim.model.policies import POLICIES, SYNC_SCHEDULING, get_policy
 from sim.model.schedule import read_schedule
 from sim.model.scheduling import build_schedule
+from sim.runs.limits import MAX_STEPS, guard_resources
 from sim.runs.run import write_parquet
 
 
@@ -31,14 +39,23 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
             scenario = scenario_from_dict(schedule.scenario, "schedule", args.schedule)
         else:
             scenario = load_scenario(args.scenario)
+            guard_resources(scenario, args.steps or scenario.default_steps)
             schedule = build_schedule(scenario, args.seed, args.steps or scenario.default_steps)
+        if args.reps * len(schedule.steps) > MAX_STEPS:
+            raise SpecraceError(
+                f"--reps {args.reps} x {len(schedule.steps):,} steps: more than {MAX_STEPS:,} "
+                "replayed steps"
+            )
     except SpecraceError as e:
         raise usage_error(str(e)) from None
+    steps = len(schedule.steps)
+    cfg = ReplayConfig(scenario.timing, seed=args.seed)
+    once = sum(int(op_offsets(schedule.steps[n], scenario.timing)[-1:].sum()) + cfg.slack_ns
+               for n in range(1, steps))  # fmt: skip
+    _guard_wall(once * args.reps * len(policies), usage_error)
     if args.device == "cuda":
         need_cuda()
-    steps = len(schedule.steps)
     step_list = [n for _ in range(args.reps) for n in range(1, steps)]
-    cfg = ReplayConfig(scenario.timing, seed=args.seed)
     frames, env = [], environment(args.device)
     for policy in policies:
         if args.device == "cuda":
@@ -90,7 +107,7 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
     put the model's verdict beside what the hardware did."""
     from gpu_check.replay import timeline_from_trace
     from sim.hardware.compare import prediction_agreement
-    from sim.runs.io import read_json, read_parquet
+    from sim.runs.io import check_run_tables, read_meta, read_table
 
     try:
         schedule_path, runs = _sim_runs(Path(args.sim_run))
@@ -98,14 +115,21 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
         scenario = scenario_from_dict(schedule.scenario, "schedule", str(schedule_path))
         loaded = []
         for d in runs:
-            meta = read_json(d / "meta.json", "run metadata")
-            policy = get_policy(str(meta.get("policy", "")))
-            trace = read_parquet(d / "trace.parquet", "trace (run sim without --no-trace)")
-            reads = read_parquet(d / "reads.parquet", "reads table")
+            meta = read_meta(d / "meta.json")
+            if meta["scenario"] != schedule.scenario or meta["seed"] != schedule.seed:
+                raise SpecraceError(f"{d / 'meta.json'}: not the run of {schedule_path}")
+            name = meta["policy"]
+            policy = SYNC_SCHEDULING if name == SYNC_SCHEDULING.name else get_policy(name)
+            trace = read_table(d / "trace.parquet", "trace.parquet")
+            reads = read_table(d / "reads.parquet", "reads.parquet")
+            check_run_tables(schedule, reads, trace, str(d))
             timing = scenario_from_dict(meta["scenario"], "meta", str(d / "meta.json")).timing
             loaded.append((policy, timeline_from_trace(trace), reads, timing))
-    except (SpecraceError, KeyError) as e:
+    except SpecraceError as e:
         raise usage_error(str(e)) from None
+    _guard_wall(sum(max(t.read_ns, int(t.ops_end_ns.max(initial=0)), 0)
+                    for _p, timeline, _r, _t in loaded for t in timeline.values()),
+                usage_error)  # fmt: skip
     if args.device == "cuda":
         need_cuda()
     frames, env = [], environment(args.device)
@@ -139,6 +163,20 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
                out / "replay_summary.json")  # fmt: skip
     return (f"wrote {out / 'observed.parquet'}\n" + table.to_string(index=False) + "\n"
             + pred.to_string(index=False))  # fmt: skip
+
+
+REPLAY_WALL_S_MAX = 3600
+
+
+def _guard_wall(wait_ns: int, usage_error) -> None:
+    """The replay waits in real time for every op and read at the timing's offsets: refuse up
+    front a timing (or a --sim-run trace) that would keep it waiting for hours."""
+    if wait_ns > REPLAY_WALL_S_MAX * 10**9:
+        raise usage_error(
+            f"the replay would wait about {wait_ns / 3.6e12:,.1f} h in real time for its ops "
+            f"and reads (the timing's op costs), more than {REPLAY_WALL_S_MAX // 3600} h: "
+            "replay fewer steps or a faster timing"
+        )
 
 
 def _scripted_landing(t, policy) -> int:

@@ -1,27 +1,34 @@
-"""Hostile input on every surface of ``python -m sim``: one clear line, exit 2, nothing left.
+"""Hostile input on every surface of ``python -m sim`` and ``python -m gpu_check``.
 
-Each case runs the command line in-process (``sim.cli.main.main``), so an exception that the
-boundary does not turn into an error line fails the test with its traceback. For every case:
-exit status 0 (the input was valid: the output is complete) or non-zero with exactly one line
-on stderr naming the input and no ``--out`` left behind. Bounded for ``make test``;
-``SPECRACE_FUZZ_EXAMPLES=2000 make test-slow`` runs a longer campaign.
+Each case runs the command line in-process (``sim.cli.main.main``, ``gpu_check.__main__.main``)
+under an alarm, and is classified: ``ok`` (exit 0, the output whole), ``clean`` (non-zero
+exit, one ``error`` line on stderr, nothing left in ``--out`` or in the directory read),
+``traceback``, ``hang`` (longer than ``HANG_S``), ``partial`` (a failure that left output),
+``accepted_invalid`` (exit 0 on an input known to be invalid) or ``unclear`` (an error that is
+not one line). ``make test`` runs a bounded, fixed set of cases and fails on any but the first
+two; ``SPECRACE_FUZZ_EXAMPLES=N`` draws N fresh ones per surface; with
+``SPECRACE_FUZZ_CAMPAIGN=FILE`` every outcome is appended to FILE instead of failing
+(``scripts/fuzz_campaign.py`` runs that and prints the per-surface table).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
+import shutil
 import tomllib
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from fuzz_harness import CAMPAIGN, check_case, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.model.params import parameter_keys
+from sim.runs.io import table_kinds
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = (ROOT / "sim/model/scenarios/minimal-race.toml").read_text()
@@ -30,29 +37,9 @@ FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize="SPECRACE_FUZZ_EXAMPLES" not in os.environ,  # make test: the same cases each run
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    database=None,  # the campaign counts fresh cases; make test draws fixed ones
+    suppress_health_check=list(HealthCheck),
 )
-
-
-def run_cli(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = main(argv)
-        except SystemExit as e:  # argparse's own exit, after our one-line error
-            code = int(e.code or 0)
-    return code, err.getvalue()
-
-
-def assert_clean(code: int, err: str, out: Path, what: str) -> None:
-    if code == 0:
-        assert out.is_dir(), what
-        return
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, f"{what}: {err!r}"
-    assert "error" in lines[0] and "Traceback" not in err, f"{what}: {err!r}"
-    assert not out.exists(), f"{what}: left {sorted(p.name for p in out.iterdir())}"
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], what
 
 
 # -- values a hostile user types -------------------------------------------------------------
@@ -76,26 +63,39 @@ def test_set_overrides(tmp_path_factory, key: str, value: str) -> None:
     out = tmp_path_factory.mktemp("set") / "out"
     argv = ["run", "--scenario", "minimal-race", "--steps", "6", "--no-trace", "--out", str(out),
             "--set", f"{key}={value}"]  # fmt: skip
-    assert_clean(*run_cli(argv), out, f"--set {key}={value}")
+    invalid = key not in parameter_keys() or None
+    check_case("--set", argv, f"--set {key}={value}", out, invalid=invalid)
 
 
-def _mutate_toml(text: str, data: st.DataObject) -> str:
+def _is_assignment(line: str) -> bool:
+    """A whole ``key = value`` line (not a line of a multi-line string that holds a '=')."""
+    try:
+        return "=" in line and bool(tomllib.loads(line))
+    except tomllib.TOMLDecodeError:
+        return False
+
+
+def _mutate_toml(text: str, data: st.DataObject) -> tuple[str, bool | None]:
+    """A mutated TOML and whether it is certainly invalid (None: it may be valid)."""
     kind = data.draw(st.sampled_from(["truncate", "value", "unknown", "bytes", "deep"]))
     if kind == "truncate":
-        return text[: data.draw(st.integers(0, len(text)))]
+        return text[: data.draw(st.integers(0, len(text)))], None
     if kind == "bytes":
-        return data.draw(st.binary(max_size=200)).decode("latin-1")
+        return data.draw(st.binary(max_size=200)).decode("latin-1"), None
     if kind == "deep":
-        return text + "\n[extra]\nx = " + "[" * 600 + "]" * 600 + "\n"
+        return text + "\n[extra]\nx = " + "[" * 600 + "]" * 600 + "\n", True
     lines = text.splitlines()
-    assigns = [i for i, line in enumerate(lines) if "=" in line and not line.startswith("#")]
+    assigns = [i for i, line in enumerate(lines) if _is_assignment(line)]
     i = data.draw(st.sampled_from(assigns))
     key = lines[i].split("=")[0]
     if kind == "unknown":
         lines.insert(i, f"{key.strip()}x = 1")
-    else:
-        lines[i] = f"{key}= {data.draw(HOSTILE_VALUES)}"
-    return "\n".join(lines)
+        return "\n".join(lines), True
+    # A valid default_steps stays small: a schedule of 10^6 steps is slow, not a hang.
+    steps = st.one_of(st.integers(1, 50).map(str), st.sampled_from(["10000001", "0", "-1"]))
+    value = data.draw(steps if key.strip() == "default_steps" else HOSTILE_VALUES)
+    lines[i] = f"{key}= {value}"
+    return "\n".join(lines), None
 
 
 @FUZZ
@@ -103,9 +103,11 @@ def _mutate_toml(text: str, data: st.DataObject) -> str:
 def test_scenario_files(tmp_path_factory, data: st.DataObject) -> None:
     d = tmp_path_factory.mktemp("scenario")
     path = d / "s.toml"
-    path.write_text(_mutate_toml(SCENARIO, data), errors="surrogateescape")
+    text, invalid = _mutate_toml(SCENARIO, data)
+    path.write_text(text, errors="surrogateescape")
     out = d / "out"
-    assert_clean(*run_cli(["schedule", "--scenario", str(path), "--out", str(out)]), out, "toml")
+    argv = ["schedule", "--scenario", str(path), "--out", str(out)]
+    check_case("scenario files", argv, f"scenario file {text[-200:]!r}", out, invalid=invalid)
 
 
 @FUZZ
@@ -114,10 +116,11 @@ def test_timing_files(tmp_path_factory, data: st.DataObject) -> None:
     d = tmp_path_factory.mktemp("timing")
     path = d / "t.toml"
     base = (ROOT / "sim/model/timing/h200.toml").read_text()
-    path.write_text(_mutate_toml(base, data))
+    text, invalid = _mutate_toml(base, data)
+    path.write_text(text)
     out = d / "out"
     argv = ["run", "--scenario", "minimal-race", "--timing", str(path), "--out", str(out)]
-    assert_clean(*run_cli(argv), out, "timing file")
+    check_case("timing files", argv, f"timing file {text[-200:]!r}", out, invalid=invalid)
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +144,7 @@ def test_schedule_files(tmp_path_factory, good_schedule: dict, data: st.DataObje
     kind = data.draw(st.sampled_from(["field", "op", "truncate", "bytes", "scenario"]))
     steps = sched["steps"]
     n = data.draw(st.integers(0, len(steps) - 1))
+    op: list = []
     if kind == "field":
         field = data.draw(st.sampled_from(STEP_FIELDS))
         value = data.draw(st.one_of(
@@ -166,7 +170,9 @@ def test_schedule_files(tmp_path_factory, good_schedule: dict, data: st.DataObje
     path.write_text(text)
     out = d / "out"
     argv = ["run", "--schedule", str(path), "--out", str(out), "--no-trace"]
-    assert_clean(*run_cli(argv), out, f"schedule.json ({kind})")
+    invalid = kind in ("truncate", "bytes") or (kind == "op" and op[0] in ("jump", 3)) or None
+    check_case("schedule.json", argv, f"schedule.json ({kind}) {text[:200]!r}", out,
+               invalid=invalid)  # fmt: skip
 
 
 def test_wrong_kind_of_file_is_named(tmp_path: Path) -> None:
@@ -192,3 +198,346 @@ def test_valid_inputs_are_unchanged_by_the_checks(tmp_path: Path, good_schedule:
     meta = json.loads((tmp_path / "o" / "comparison.json").read_text())
     assert {m["policy"] for m in meta} >= {"align", "device-authoritative"}
     assert tomllib.loads(SCENARIO)["name"] == "minimal-race"
+
+
+# -- run directories and their tables, given to plot / perfetto / timeline / replay / compare ---
+@pytest.fixture(scope="module")
+def run_tree(tmp_path_factory) -> Path:
+    """A one-policy run, a --policy all run, a CPU replay of the first, a small sweep."""
+    root = tmp_path_factory.mktemp("tree")
+    for argv, prog in (
+        (["run", "--scenario", "minimal-race", "--policy", "align", "--out", str(root / "one")],
+         main),
+        (["run", "--scenario", "minimal-race", "--out", str(root / "all")], main),
+        (["replay", "--device", "cpu", "--sim-run", str(root / "one"), "--out",
+          str(root / "replay")], gpu_main),
+        (["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
+          "--vary", "timing.dma_land_delay_ns=20000,40000", "--workers", "1", "--quiet",
+          "--out", str(root / "sweep")], main),
+    ):  # fmt: skip
+        code, err = run_cli(argv, prog)
+        assert code == 0, (argv, err)
+    return root
+
+
+TABLES = ["reads.parquet", "trace.parquet", "observed.parquet", "sweep.parquet"]
+# command -> (argv given the copied tree and an --out, the files it needs, the files it writes)
+COMMANDS: dict[str, tuple] = {
+    "plot run": (lambda t, o: ["plot", str(t / "one")], ["one/meta.json", "one/reads.parquet",
+                 "one/schedule.json"], ["one/margins.png"]),
+    "plot all": (lambda t, o: ["plot", str(t / "all")], ["all/schedule.json", "all/*/meta.json",
+                 "all/*/reads.parquet"], ["all/margins.png"]),
+    "perfetto": (lambda t, o: ["perfetto", str(t / "one")], ["one/*"], ["one/trace.perfetto.json"]),
+    "perfetto all": (lambda t, o: ["perfetto", str(t / "all")], ["all/schedule.json",
+                     "all/*/meta.json", "all/*/reads.parquet", "all/*/trace.parquet"],
+                     ["all/trace.perfetto.json"]),
+    "timeline": (lambda t, o: ["timeline", str(t / "one")], ["one/*"], ["one/timeline.png"]),
+    "timeline step": (lambda t, o: ["timeline", str(t / "all"), "--step", "4", "--policy",
+                      "align"], ["all/schedule.json", "all/align/*"], ["all/align/timeline.png"]),
+    "replay --sim-run": (lambda t, o: ["replay", "--device", "cpu", "--sim-run", str(t / "one"),
+                         "--out", str(o)], ["one/*"], []),
+    "run --schedule": (lambda t, o: ["run", "--schedule", str(t / "one/schedule.json"),
+                       "--no-trace", "--out", str(o)], ["one/schedule.json"], []),
+    "compare": (lambda t, o: ["compare", str(t / "replay")], ["replay/observed.parquet"], []),
+    "compare file": (lambda t, o: ["compare", str(t / "replay/observed.parquet"), "--req-id",
+                     "R"], ["replay/observed.parquet"], []),
+    "plot replay": (lambda t, o: ["plot", str(t / "replay/observed.parquet"), "--req", "R",
+                    "--step", "4"], ["replay/observed.parquet"], ["replay/landing_R_4.png"]),
+    "shrink": (lambda t, o: ["shrink", str(t / "one"), "--step", "4", "--req", "R"],
+               ["one/meta.json", "one/reads.parquet", "one/schedule.json"],
+               ["one/shrunk-4-R.toml"]),
+    "plot sweep": (lambda t, o: ["plot", str(t / "sweep")], ["sweep/sweep.parquet"],
+                   ["sweep/hazard.png"]),
+}  # fmt: skip
+HOSTILE_INTS = st.sampled_from([-1, -(2**31), 2**31, 10**12, 2**62, 2**63 - 1, 0, 1, 7, 999])
+HOSTILE_JSON = st.one_of(
+    st.none(), st.booleans(), HOSTILE_INTS, st.floats(allow_nan=False), st.text(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3), st.just({"a": [[[]]]}), st.just("align"),
+)  # fmt: skip
+
+
+def _mutate_table(path: Path, tree: Path, data: st.DataObject) -> tuple[str, bool | None]:
+    """Mutate one Parquet file; returns the mutation and whether it makes it certainly invalid."""
+    kind = data.draw(st.sampled_from(["delete", "truncate", "garbage", "swap", "drop_column",
+                                      "retype", "cell", "duplicate", "cut", "empty"]))  # fmt: skip
+    if kind == "delete":
+        path.unlink()
+        return kind, True
+    if kind in ("truncate", "garbage"):
+        raw = path.read_bytes()
+        path.write_bytes(raw[: data.draw(st.integers(0, len(raw) - 1))] if kind == "truncate"
+                         else data.draw(st.binary(max_size=400)))  # fmt: skip
+        return kind, True
+    if kind == "swap":  # a table of another kind in its place
+        other = data.draw(st.sampled_from([t for t in TABLES if t != path.name]))
+        shutil.copyfile(next(tree.rglob(other)), path)
+        return f"swap with {other}", True
+    df = pd.read_parquet(path)
+    col = data.draw(st.sampled_from(list(df.columns)))
+    invalid: bool | None = None
+    schema = table_kinds()[path.name][2]
+    if kind == "drop_column":
+        df = df.drop(columns=col)
+        invalid = col in schema or None
+    elif kind == "retype":
+        to = data.draw(st.sampled_from(["string", "float-nan", "int"]))
+        if to == "string":
+            df[col] = df[col].astype(str) + "x"
+        elif to == "float-nan":
+            df[col] = pd.Series([float("nan")] * len(df), dtype="float64")
+        else:
+            df[col] = pd.Series(range(len(df)), dtype="int64")
+        invalid = (to == "string" and schema.get(col, "string") != "string") or None
+        kind = f"retype {to}"
+    elif kind == "cell" and len(df):
+        i = data.draw(st.integers(0, len(df) - 1))
+        if pd.api.types.is_bool_dtype(df[col]):
+            df.loc[i, col] = not bool(df.loc[i, col])
+        elif pd.api.types.is_integer_dtype(df[col]):
+            info = pd.Series(dtype=df[col].dtype).dtype
+            v = data.draw(HOSTILE_INTS)
+            df.loc[i, col] = (
+                v if -(2 ** (8 * info.itemsize - 1)) <= v < 2 ** (8 * info.itemsize - 1) else -1
+            )  # noqa: E501
+        elif pd.api.types.is_float_dtype(df[col]):
+            df.loc[i, col] = data.draw(st.sampled_from([float("nan"), float("inf"), -1.0, 1e300]))
+        else:
+            df.loc[i, col] = data.draw(st.one_of(st.none(), st.text(max_size=6)))
+    elif kind == "duplicate" and len(df):
+        df = pd.concat([df, df.iloc[: data.draw(st.integers(1, len(df)))]], ignore_index=True)
+        invalid = path.name == "reads.parquet" or None  # a replay with --reps repeats reads
+    elif kind == "cut":
+        df = df.iloc[: data.draw(st.integers(0, len(df)))]
+    elif kind == "empty":
+        df = df.iloc[:0]
+    df.to_parquet(path, index=False)
+    return f"{kind} {col}", invalid
+
+
+def _mutate_json(path: Path, data: st.DataObject) -> tuple[str, bool | None]:
+    kind = data.draw(st.sampled_from(["delete", "truncate", "garbage", "not_object", "key",
+                                      "drop_key", "binary"]))  # fmt: skip
+    text = path.read_text()
+    if kind == "delete":
+        path.unlink()
+        return kind, True
+    if kind == "truncate":  # at least the last character that is not whitespace
+        path.write_text(text[: data.draw(st.integers(0, len(text.rstrip()) - 1))])
+        return kind, True
+    if kind == "garbage":
+        path.write_text(data.draw(st.text(max_size=50)) + "{")
+        return kind, True
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00" + data.draw(st.binary(max_size=100)))
+        return kind, True
+    if kind == "not_object":
+        path.write_text(json.dumps(data.draw(st.sampled_from([[], 1, "x", None, [{}]]))))
+        return kind, True
+    obj = json.loads(text)
+    if not isinstance(obj, dict) or not obj:
+        return "unchanged", None
+    key = data.draw(st.sampled_from(sorted(obj)))
+    if kind == "drop_key":
+        del obj[key]
+        path.write_text(json.dumps(obj))
+        return f"drop {key}", None
+    obj[key] = data.draw(HOSTILE_JSON)
+    path.write_text(json.dumps(obj))
+    return f"{key}={obj[key]!r}", None
+
+
+@FUZZ
+@given(data=st.data())
+def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    tree = tmp_path_factory.mktemp("rundir") / "t"
+    shutil.copytree(run_tree, tree)
+    name = data.draw(st.sampled_from(sorted(COMMANDS)))
+    argv_of, reads, writes = COMMANDS[name]
+    needed = sorted({p for pattern in reads for p in tree.glob(pattern) if p.is_file()})
+    files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
+    out = tree.parent / "out"
+    argv = argv_of(tree, out)
+    # Mostly a file the command reads; sometimes one it does not (must change nothing); or the
+    # files as they are and a hostile option.
+    choice = data.draw(st.sampled_from(["needed"] * 4 + ["any", "option"]))
+    if choice == "option":
+        (tree.parent / "f").write_text("a file")
+        opt = data.draw(st.sampled_from(["--out", "--step", "--req", "--policy", "--x", "--y",
+                                         "--what", "--req-id"]))  # fmt: skip
+        value = data.draw(st.one_of(st.sampled_from(
+            ["", "-1", "99", "x", "4", "R", "all", "nope", "set.timing.dma_land_delay_ns",
+             str(tree.parent / "f" / "o"), str(tree.parent / "f"), str(tree / "one")]),
+            st.text(max_size=6)))  # fmt: skip
+        argv = [*argv, opt, value]
+        how, invalid, writes = f"{opt} {value!r}", None, []  # where it writes depends on it
+    else:
+        target = data.draw(st.sampled_from(needed if choice == "needed" else files))
+        if target.suffix == ".parquet":
+            how, invalid = _mutate_table(target, tree, data)
+        else:
+            how, invalid = _mutate_json(target, data)
+        if target not in needed:
+            invalid = None
+        how = f"{target.relative_to(tree)}: {how}"
+    prog = gpu_main if argv[0] == "replay" else main
+    watch = tuple(tree / d for d in ("one", "all", "replay", "sweep"))
+    given_out: Path | None = out if "--out" in argv else None
+    expect = tuple(tree / w for w in writes)
+    if argv[-2] == "--out":  # a hostile --out: the output goes there, nothing else may change
+        given_out, expect, watch = None, (), (*watch, tree.parent)
+    check_case(f"run dirs: {name}", argv, how, given_out, expect=expect, watch=watch,
+               invalid=invalid, prog=prog)  # fmt: skip
+
+
+# -- sweep specs: --vary, --seeds, --swarm, --steps, --policy; and resuming a sweep ----------
+# Valid counts stay small (a valid sweep of 10^6 steps is not a bug, only slow); the invalid
+# ones include the first value past each range.
+SMALL_COUNTS = st.one_of(st.integers(1, 3).map(str), st.integers(1, 3).map(str), st.sampled_from(
+    ["0", "-1", "abc", "1e3", "", "2.5", str(10**30), "10000001"]))  # fmt: skip
+VARY_VALUES = st.lists(HOSTILE_VALUES, min_size=0, max_size=3).map(",".join)
+SWEEP_KEYS = st.one_of(
+    st.sampled_from([k for k in parameter_keys() if k.startswith("timing.")]), KEYS
+)
+
+
+@FUZZ
+@given(data=st.data())
+def test_sweep_specs(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    d = tmp_path_factory.mktemp("sweep")
+    out = d / "sw"
+    mode = data.draw(st.sampled_from(["fresh", "fresh", "resume", "stale"]))
+    invalid: bool | None = None
+    if mode == "fresh":  # a valid sweep with one part hostile
+        part = data.draw(st.sampled_from(["vary", "vary", "values", "steps", "policy", "swarm",
+                                          "seeds", "workers", "out"]))  # fmt: skip
+        opts = {"--steps": "6", "--policy": "align", "--seeds": "1", "--workers": "1",
+                "--vary": "timing.dma_land_delay_ns=20000,40000"}  # fmt: skip
+        if part == "vary":
+            key = data.draw(SWEEP_KEYS)
+            opts["--vary"] = f"{key}={data.draw(VARY_VALUES)}"
+            invalid = key not in parameter_keys() or None
+        elif part == "values":
+            opts["--vary"] = f"timing.dma_land_delay_ns={data.draw(VARY_VALUES)}"
+        elif part == "swarm":
+            del opts["--vary"]
+            opts["--swarm"] = data.draw(SMALL_COUNTS)
+        elif part == "policy":
+            opts["--policy"] = data.draw(st.sampled_from(["align,unsynced", "all", "nope",
+                                                          "align,align", ",", ""]))  # fmt: skip
+        elif part == "workers":
+            opts["--workers"] = data.draw(st.sampled_from(["-1", "x", "5000", ""]))
+        elif part == "out":  # "." and "" are the scratch working directory of the case
+            out = data.draw(st.sampled_from([d / "file" / "sw", d / "file", Path("."), d, None]))
+            (d / "file").write_text("a file")
+        else:
+            extra = ["1000001"] if part in ("seeds", "swarm") else []
+            opts[f"--{part}"] = data.draw(st.one_of(SMALL_COUNTS, st.sampled_from(extra or ["0"])))
+        argv = ["sweep", "--scenario", "minimal-race", "--quiet"]
+        argv += [x for kv in opts.items() for x in kv]
+        argv += ["--out", "" if out is None else str(out)]
+        given = out if out is not None and out.is_absolute() else None
+        check_case("sweep specs", argv, " ".join(argv[4:]), given,
+                   expect=(given / "sweep.parquet",) if given else (), invalid=invalid)  # fmt: skip
+        return
+    shutil.copytree(run_tree / "sweep", out)
+    argv = ["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
+            "--vary", "timing.dma_land_delay_ns=20000,40000", "--workers", "1", "--quiet",
+            "--out", str(out)]  # fmt: skip
+    if mode == "stale":  # what a kill just before a rename leaves: removed on resume
+        stale = [out / ".sweep.parquet.k1ll3d_x.tmp", out / "points" / ".0123.json.abcdefgh.tmp"]
+        for p in stale:
+            p.write_text("half")
+        keep = out / ".notes.tmp"  # not of our naming: kept
+        keep.write_text("mine")
+        code, err = run_cli(argv)
+        assert code == 0, err
+        assert not any(p.exists() for p in stale) and keep.exists()
+        if CAMPAIGN:
+            check_case("sweep specs", argv, "resume over stale temporaries", None,
+                       expect=(out / "sweep.parquet",))  # fmt: skip
+        return
+    files = sorted(p for p in out.rglob("*.json"))
+    target = data.draw(st.sampled_from(files))
+    how, invalid = _mutate_json(target, data)
+    if how.startswith(("delete", "unchanged")):
+        invalid = None  # a point deleted is run again; without sweep.json the points still fit
+    # A sweep to resume is changed in place by design (new points): the check is one line on
+    # error and no stale temporary, so no directory is watched here.
+    check_case("sweep specs", argv, f"resume with {target.relative_to(out)}: {how}", None,
+               expect=(out / "sweep.parquet",), invalid=invalid)  # fmt: skip
+
+
+# -- gpu_check's command line on the CPU ---------------------------------------------------------
+GPU_INTS = st.one_of(st.integers(1, 6).map(str), st.sampled_from(
+    ["0", "-1", "x", "", "1.5", "1e3", str(10**30), "65537", "16"]))  # fmt: skip
+
+
+@FUZZ
+@given(data=st.data())
+def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    d = tmp_path_factory.mktemp("gpu")
+    out = d / "out"
+    (d / "file").write_text("not a directory")
+    paths = [str(run_tree / p) for p in ("one", "all", "replay", "sweep", "one/schedule.json",
+             "one/reads.parquet", "one/meta.json", "replay/observed.parquet")]  # fmt: skip
+    paths += [str(d / "file"), str(d / "missing"), "", str(d)]
+    cmd = data.draw(st.sampled_from(["replay", "replay", "replay", "padding", "summary",
+                                     "vllm-export", "vllm-compare", "recall", "?"]))  # fmt: skip
+    given_out: Path | None = None
+    expect: tuple[Path, ...] = ()
+    if cmd == "replay":
+        opts = {"--steps": "6", "--policy": "align"}
+        part = data.draw(st.sampled_from(["steps", "reps", "seed", "policy", "scenario",
+                                          "schedule", "sim-run", "out"]))  # fmt: skip
+        if part in ("schedule", "sim-run", "scenario"):
+            opts[f"--{part}"] = data.draw(st.sampled_from(paths + ["minimal-race", "nope"]))
+            if part != "scenario":
+                del opts["--steps"]
+        elif part == "policy":
+            opts["--policy"] = data.draw(st.sampled_from(["all", "nope", "align,", "unsynced"]))
+        elif part == "out":  # "." and "" are the scratch working directory of the case
+            out = data.draw(st.sampled_from([d / "file" / "o", d / "file", Path("."), d, None]))
+        else:  # small valid values (a valid replay of 10^5 steps is only slow) or invalid ones
+            past = {"steps": "10000001", "reps": "1000001", "seed": str(2**63)}[part]
+            opts[f"--{part}"] = data.draw(st.one_of(st.integers(1, 6).map(str), st.sampled_from(
+                ["0", "-1", "x", "", "1.5", "1e3", str(10**30), past])))  # fmt: skip
+        argv = ["replay", "--device", "cpu", *[x for kv in opts.items() for x in kv],
+                "--out", "" if out is None else str(out)]  # fmt: skip
+        given_out = out if out is not None and out.is_absolute() else None
+        if given_out:
+            expect = (given_out / "observed.parquet", given_out / "replay_summary.json")
+    elif cmd == "padding":
+        argv = ["padding", "--num-reqs", data.draw(GPU_INTS), "--k", data.draw(GPU_INTS),
+                "--max-num-seqs", data.draw(GPU_INTS), "--max-num-batched-tokens",
+                data.draw(st.one_of(GPU_INTS, st.just("8192")))]  # fmt: skip
+        argv += data.draw(st.sampled_from([[], ["--json"], ["--seed", "-1"]]))
+    elif cmd == "recall":
+        argv = ["recall", "--device", "cpu"]
+        argv += data.draw(st.sampled_from([["--num-reqs"], ["--k"], ["--pairs"]]))
+        argv += [data.draw(st.one_of(GPU_INTS, st.just("1025")))]  # (1024 is valid, and slow)
+        argv += data.draw(st.sampled_from([[], ["--impl", "triton"], ["--impl", "x"],
+                                           ["--dtype", "float16"], ["--seed", "-1"]]))  # fmt: skip
+    elif cmd == "summary":
+        argv = ["summary", "--dir", data.draw(st.sampled_from(paths))]
+    elif cmd == "vllm-export":
+        argv = ["vllm-export", data.draw(st.sampled_from(paths)), "--out", str(out)]
+        given_out = out
+    elif cmd == "vllm-compare":
+        argv = ["vllm-compare", data.draw(st.sampled_from(paths))]
+    else:
+        argv = [data.draw(st.text(max_size=8)), data.draw(st.text(max_size=8))]
+    watch = (run_tree, d) if given_out is None else (run_tree,)
+    check_case("gpu_check arguments", argv, " ".join(argv), given_out, expect=expect,
+               watch=watch, prog=gpu_main)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_campaign_is_clean() -> None:
+    """``make test-slow``: a larger campaign of fresh cases on every surface, all clean."""
+    import subprocess
+    import sys
+
+    n = os.environ.get("SPECRACE_FUZZ_EXAMPLES", "300")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/fuzz_campaign.py"), "--examples", n],
+                       cwd=ROOT, capture_output=True, text=True, timeout=3600)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-5000:]

@@ -10,9 +10,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sim.cli.args import int_in, steps_arg
 from sim.errors import SpecraceError
 from sim.model.policies import POLICIES, get_policy
-from sim.runs.io import atomic_write, atomic_write_text, read_json, read_parquet
+from sim.runs.io import (
+    atomic_write,
+    atomic_write_text,
+    check_out_path,
+    check_run_tables,
+    read_json,
+    read_meta,
+    read_table,
+    remove_stale,
+)
 
 
 # -- run directories --------------------------------------------------------------------------
@@ -20,11 +30,17 @@ def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
     """``[(policy, directory)]`` of a run directory: a one-policy run (``meta.json``) or a
     ``--policy all`` run (a sub-directory per policy); ``policy`` picks one of the latter."""
     if (src / "meta.json").is_file():
-        name = read_json(src / "meta.json", "run metadata")["policy"]
+        name = read_meta(src / "meta.json")["policy"]
         if policy and policy not in ("all", name):
             raise SpecraceError(f"{src} is a run of policy {name!r}, not {policy!r}")
         return [(name, src)]
     subs = [(p, src / p) for p in POLICIES if (src / p / "meta.json").is_file()]
+    broken = [p for p in POLICIES if (src / p).is_dir() and p not in dict(subs)]
+    if subs and broken:
+        raise SpecraceError(f"{src / broken[0]}: no meta.json (an incomplete run?)")
+    for p, d in subs:
+        if read_meta(d / "meta.json")["policy"] != p:
+            raise SpecraceError(f"{d / 'meta.json'}: a run of another policy than {p!r}")
     if not subs:
         raise SpecraceError(
             f"{src}: not a run directory (no meta.json, and no policy sub-directories as "
@@ -56,6 +72,24 @@ def _schedule_path(src: Path, run: Path) -> Path:
     return run / "schedule.json" if (run / "schedule.json").is_file() else src / "schedule.json"
 
 
+def load_run(src: Path, runs: list[tuple[str, Path]], trace: bool = True):
+    """``(schedule, [(policy, meta, trace, reads)])`` of :func:`run_dirs`' runs, every table
+    schema-checked and checked against the schedule before any analysis starts."""
+    from sim.model.schedule import read_schedule
+
+    schedule = read_schedule(_schedule_path(src, runs[0][1]))
+    out = []
+    for policy, d in runs:
+        meta = read_meta(d / "meta.json")
+        if meta["scenario"] != schedule.scenario or meta["seed"] != schedule.seed:
+            raise SpecraceError(f"{d / 'meta.json'}: not the run of {_schedule_path(src, d)}")
+        tr = read_table(d / "trace.parquet", "trace.parquet") if trace else None
+        reads = read_table(d / "reads.parquet", "reads.parquet")
+        check_run_tables(schedule, reads, tr, str(d))
+        out.append((policy, meta, tr, reads))
+    return schedule, out
+
+
 def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for fmt in formats:
@@ -65,6 +99,7 @@ def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
             save_figure(fig, tmp, fmt)
 
         atomic_write(path, write)
+        remove_stale(path.parent, path.name)  # what a plot killed before its rename left
         written.append(path)
     return written
 
@@ -87,15 +122,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
     for name in policies:
         get_policy(name)
+    if len(set(policies)) != len(policies):
+        raise SpecraceError(f"--policy {args.policy}: a policy appears twice")
     if bool(args.vary) == bool(args.swarm):
         raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
-    if args.workers < 0 or args.seeds < 1 or args.swarm < 0:
-        raise SpecraceError("--workers must be >= 0, --seeds >= 1, --swarm >= 0")
+    from sim.cli.guards import check_sweep, check_vary
+
+    check_vary(args.vary)
     spec = SweepSpec(
         args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps,
         args.engine,
     )  # fmt: skip
-    load_scenario(args.scenario)
+    check_sweep(spec, load_scenario(args.scenario), Path(args.out))
     workers = args.workers
     if workers != 1 and not args.scheduler:
         try:
@@ -116,10 +154,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from sim.explore import plots
 
     src = Path(args.dir)
+    if args.out:
+        check_out_path(Path(args.out).with_suffix(".png"))
     if src.suffix == ".parquet" or (src / "observed.parquet").is_file():
         return _plot_replay(args, src)
     if (src / "sweep.parquet").is_file():
-        df = read_parquet(src / "sweep.parquet", "sweep table")
+        df = read_table(src / "sweep.parquet", "sweep.parquet")
         if args.policy and args.policy != "all":
             df = df[df["policy"].isin(args.policy.split(","))]
             if df.empty:
@@ -130,11 +170,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         else:
             fig, name = plots.hazard_plot(df, args.x or None), "hazard"
     else:
+        if args.x or args.y:
+            raise SpecraceError(f"--x/--y draw a sweep; {src} has no sweep.parquet")
         try:
             runs = run_dirs(src, args.policy)
         except SpecraceError as e:
             raise SpecraceError(f"neither a sweep (no sweep.parquet) nor a run: {e}") from None
-        reads = {p: read_parquet(d / "reads.parquet", "reads table") for p, d in runs}
+        reads = {p: r for p, _m, _t, r in load_run(src, runs, trace=False)[1]}
         fig, name = plots.margin_histogram(reads), "margins"
         src = runs[0][1] if len(runs) == 1 else src
     out = Path(args.out) if args.out else src / f"{name}.png"
@@ -163,7 +205,11 @@ def _plot_replay(args: argparse.Namespace, src: Path) -> int:
     )
     if not scenario and src.suffix == ".parquet" and summary.is_file():
         meta = read_json(summary, "replay summary")
-        scenario, seed = meta.get("scenario", ""), int(meta.get("seed", 0))
+        name, seed_ = (meta.get("scenario"), meta.get("seed", 0)) if isinstance(
+            meta, dict) else (None, None)  # fmt: skip
+        if not isinstance(name, str) or type(seed_) is not int or not 0 <= seed_ < 2**63:
+            raise SpecraceError(f"{summary}: not a replay summary (a scenario name and a seed)")
+        scenario, seed = name, seed_
     labels = None
     if scenario:
         sc = load_scenario(scenario)
@@ -187,19 +233,14 @@ def _plot_replay(args: argparse.Namespace, src: Path) -> int:
 # -- perfetto ---------------------------------------------------------------------------------
 def cmd_perfetto(args: argparse.Namespace) -> int:
     from sim.explore.perfetto import dumps
-    from sim.model.schedule import read_schedule
 
     src = Path(args.dir)
     runs = traced_run_dirs(src, args.policy)
-    tables = []
-    for policy, d in runs:
-        trace = read_parquet(d / "trace.parquet", "trace (run without --no-trace)")
-        reads = read_parquet(d / "reads.parquet", "reads table")
-        scenario = read_json(d / "meta.json", "run metadata")["scenario"]["name"]
-        tables.append((policy, scenario, trace, reads))
-    schedule = read_schedule(_schedule_path(src, runs[0][1]))
+    schedule, loaded = load_run(src, runs)
+    tables = [(p, meta["scenario"].get("name", ""), t, r) for p, meta, t, r in loaded]
     out = (runs[0][1] if len(runs) == 1 else src) / "trace.perfetto.json"
     atomic_write_text(out, dumps(tables, schedule))
+    remove_stale(out.parent, out.name)
     print(f"wrote {out}: open it in ui.perfetto.dev")
     return 0
 
@@ -207,20 +248,18 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
 # -- timeline ---------------------------------------------------------------------------------
 def cmd_timeline(args: argparse.Namespace) -> int:
     from sim.explore.timeline import build_timeline, pick_read, timeline_figure
-    from sim.model.schedule import read_schedule
 
     src = Path(args.dir)
+    if args.out:
+        check_out_path(Path(args.out).with_suffix(".png"))
     runs = traced_run_dirs(src, args.policy)
-    schedule = read_schedule(_schedule_path(src, runs[0][1]))
-    tables = []
-    for policy, d in runs:
-        trace = read_parquet(d / "trace.parquet", "trace (run without --no-trace)")
-        tables.append((policy, trace, read_parquet(d / "reads.parquet", "reads table")))
+    schedule, loaded = load_run(src, runs)
+    tables = [(p, t, r) for p, _m, t, r in loaded]
     step = args.step
     if step is None:
         # Every policy shows the same step: the first one any policy of the run got wrong
         # (so a fix drawn alone shows the step where the others went wrong).
-        siblings = [read_parquet(d / "reads.parquet", "reads table") for _p, d in run_dirs(src)]
+        siblings = [r for _p, _m, _t, r in load_run(src, run_dirs(src), trace=False)[1]]
         for reads in [r for _p, _t, r in tables] + siblings:
             try:
                 step = int(pick_read(reads)["step"])
@@ -248,17 +287,26 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _out(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a directory")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     w = sub.add_parser("sweep", help="many runs over a grid or a swarm; parallel, resumable")
     w.add_argument("--scenario", default="qwen35-mtp3")
     w.add_argument("--policy", default="all", help="comma-separated policies or all")
     w.add_argument("--vary", action="append", default=[], metavar="SECTION.KEY=V1,V2,...")
-    w.add_argument("--swarm", type=int, default=0, help="N swarm-drawn timing sets")
-    w.add_argument("--seeds", type=int, default=1)
-    w.add_argument("--steps", type=int, default=1000)
-    w.add_argument("--out", required=True, help="a new directory, or a sweep to resume/extend")
+    w.add_argument("--swarm", type=int_in(0, 10**6, "0..10^6"), default=0,
+                   help="N swarm-drawn timing sets")  # fmt: skip
+    w.add_argument("--seeds", type=int_in(1, 10**6, "1..10^6"), default=1)
+    w.add_argument("--steps", type=steps_arg, default=1000)
+    w.add_argument("--out", type=_out, required=True,
+                   help="a new directory, or a sweep to resume/extend")  # fmt: skip
     w.add_argument(
-        "--workers", type=int, default=0, help="Dask LocalCluster processes (0: one per core; "
+        "--workers", type=int_in(0, 4096, "0..4096"), default=0,
+        help="Dask LocalCluster processes (0: one per core; "
         "1: serial in this process)"
     )  # fmt: skip
     w.add_argument("--scheduler", default="", metavar="ADDRESS", help="an existing Dask cluster")

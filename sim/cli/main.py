@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
+from sim.cli.args import seed_arg, steps_arg
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -24,6 +25,7 @@ from sim.model.params import (
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
 from sim.runs.io import atomic_write_text, fresh_output_dir
+from sim.runs.limits import guard_resources
 
 
 def _overrides(items: list[str]) -> dict[str, str]:
@@ -84,25 +86,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     print(f"first_spec_steps={s['first_spec_steps']}")
     print(f"wrote {out / name}")
     return 0
-
-
-# Measured: a run holds ~40 KB per step of qwen35-mtp3 (64 rows) in memory, ~650 B per row-step.
-BYTES_PER_ROW_STEP = 650
-
-
-def guard_resources(scenario: Scenario, steps: int) -> None:
-    """Refuse up front a run that would need more memory than this machine has."""
-    need = steps * scenario.engine.max_num_seqs * BYTES_PER_ROW_STEP
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return
-    if need > 0.8 * have:
-        raise SpecraceError(
-            f"--steps {steps:,} x {scenario.engine.max_num_seqs} rows needs about "
-            f"{need / 2**30:.1f} GiB of memory, more than the {have / 2**30:.1f} GiB available; "
-            "run with --stream (bounded memory), or fewer steps"
-        )
 
 
 def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
@@ -300,7 +283,7 @@ PLUGINS: tuple = (
 EXAMPLES = {
     "schedule": "python -m sim schedule --scenario minimal-race --out out/sched",
     "run": "python -m sim run --scenario qwen35-mtp3 --policy all --steps 2000 --out out/demo",
-    "sweep": "python -m sim sweep --vary timing.gpu_forward_ns_base=4e6,5e6,6e6 --out out/sw",
+    "sweep": "python -m sim sweep --vary timing.gpu_forward_ns_base=4000000,6000000 --out out/sw",
     "plot": "python -m sim plot out/sw --x set.timing.gpu_forward_ns_base",
     "perfetto": "python -m sim perfetto out/run",
     "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
@@ -320,26 +303,6 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         if action.option_strings or action.nargs in ("?", "*"):
             text += " (default: %(default)s)"
         return text
-
-
-def _int_in(lo: int, hi: int, shown: str):
-    """An argparse type: an integer in ``lo..hi`` (``shown`` is how the range reads)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
-        return value
-
-    return parse
-
-
-MAX_STEPS = 10_000_000
-steps_arg = _int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")  # --steps: engine steps
-seed_arg = _int_in(0, 2**63 - 1, "0..2^63-1")  # --seed
 
 
 def cmd_params(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ from sim.model.reads import build_reads
 from sim.model.schedule import Schedule, read_schedule
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import Model, simulate
-from sim.runs.io import atomic_write_text, read_json, read_parquet
+from sim.runs.io import atomic_write_text, check_run_tables, read_meta, read_table
 
 # Wide, deterministic row operations so that every landing position is a window of tens of us.
 REALIZE_TIMING = {
@@ -433,14 +433,16 @@ class Shrinker:
 
 
 def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
-    meta = read_json(run / "meta.json", "run metadata (meta.json)")
-    if "policy" not in meta or "scenario" not in meta:
+    if not (run / "meta.json").is_file():
         raise SpecraceError(
             f"{run}: meta.json of a one-policy run needed (python -m sim run --policy P)"
         )
+    meta = read_meta(run / "meta.json")
     policy = get_policy(meta["policy"]) if meta["policy"] in POLICIES else SYNC_SCHEDULING
     scenario = scenario_from_dict(meta["scenario"], meta["scenario"].get("name", "run"), str(run))
-    reads = read_parquet(run / "reads.parquet", "reads table")
+    reads = read_table(run / "reads.parquet", "reads.parquet")
+    sched = read_schedule(run / "schedule.json")
+    check_run_tables(sched, reads, None, str(run))
     row = reads[(reads["step"] == step) & (reads["req_id"] == req)]
     if row.empty:
         raise SpecraceError(f"{run}: no read of request {req!r} at step {step}")
@@ -448,7 +450,6 @@ def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
     if not (row["cpu_wrong"] or row["gpu_wrong"]):
         raise SpecraceError(f"{run}: {req} read right at step {step} (nothing to shrink)")
     kind, gpu = str(row["kind"]), bool(row["gpu_wrong"])
-    sched = read_schedule(run / "schedule.json")
     start = Candidate(scenario.engine, scripted_from_schedule(sched, step), step + 1)
     shr = Shrinker(policy, kind, gpu)
     c = shr.shrink(start)

@@ -13,22 +13,17 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.runs.io import read_parquet
+from sim.runs.io import OBSERVED_COLUMNS, read_table
 
-# The columns compare needs, with the kind of values each must hold.
-REQUIRED = {
-    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
-    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
-    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
-    "reads_buffer": "bool",
-}  # fmt: skip
+# The columns compare needs, with the kind of values each must hold (sim.runs.io checks them).
+REQUIRED = OBSERVED_COLUMNS
 
 
 def read_observed(path: Path) -> pd.DataFrame:
     """A replay table: a directory holding ``observed.parquet``, or the file itself."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    return read_parquet(path, "replay table (python -m gpu_check replay writes it)", REQUIRED)
+    return read_table(path, "observed.parquet")
 
 
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:

@@ -220,6 +220,7 @@ class Scenario:
 
     def check(self) -> None:
         _positive("default_steps", self.default_steps)
+        _at_most("default_steps", self.default_steps, 10_000_000, "steps (as --steps)")
         self.engine.check()
         self.workload.check(self.engine.num_speculative_tokens)
         self.timing.check()

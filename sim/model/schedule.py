@@ -243,6 +243,17 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
             raise ValueError(f"seed: must be an integer, got {seed!r}")
         if not isinstance(steps, list) or not isinstance(d["requests"], list):
             raise ValueError("steps and requests must be lists")
+        for i, r in enumerate(d["requests"]):
+            ok = isinstance(r, dict) and isinstance(r.get("req_id"), str)
+            ok = ok and all(
+                type(r.get(k)) is int and r[k] >= (0 if k == "arrival_step" else 1)
+                for k in ("arrival_step", "prompt_len", "output_len")
+            )
+            if not ok:
+                raise ValueError(
+                    f"requests[{i}]: must be {{req_id, arrival_step, prompt_len, output_len}}, "
+                    f"got {str(r)[:80]}"
+                )
         sched = Schedule(
             scenario=d["scenario"],
             seed=seed,

@@ -1,13 +1,17 @@
-"""All file I/O of ``sim``: atomic writes and the run directory.
+"""All file I/O of ``sim``: atomic writes, the run directory, and the checks of what is read.
 
 Every output is written to a temporary file in the target folder and renamed into place,
-so a killed run never leaves a half-written file behind.
+so a killed run never leaves a half-written file behind (:func:`remove_stale` clears what a
+kill just before the rename left). Every table a command reads is checked before use: the
+expected file, its schema (:func:`table_kinds`), and a run's tables against its schedule
+(:func:`check_run_tables`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,8 +24,12 @@ from sim.errors import SpecraceError
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` and rename ``tmp`` to ``path`` only if it succeeded."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_out_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise SpecraceError(f"cannot write {path}: {e.strerror}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -31,6 +39,15 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def check_out_path(path: Path) -> None:
+    """An output file's path: not empty, not a directory, no file where a folder belongs."""
+    if not str(path) or path.is_dir():
+        raise SpecraceError(f"--out {path}: a file name is needed, not a directory")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise SpecraceError(f"--out {path}: {parent} is not a directory")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -49,6 +66,10 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text())
     except FileNotFoundError:
         raise SpecraceError(f"{what} not found: {path}") from None
+    except UnicodeDecodeError:
+        raise SpecraceError(f"{what} {path} is not JSON text (binary)") from None
+    except RecursionError:
+        raise SpecraceError(f"{what} {path} is nested too deep to be ours") from None
     except (OSError, json.JSONDecodeError) as e:
         raise SpecraceError(f"{what} {path} is unreadable or truncated: {e}") from None
 
@@ -69,6 +90,11 @@ def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
     """
     if not str(out):
         raise SpecraceError("--out is empty: name a directory")
+    if out.name in ("", ".", "..") or out.resolve() in (Path.cwd(), *Path.cwd().parents):
+        raise SpecraceError(
+            f"--out {out} is the working directory or a folder above it, which a run cannot "
+            "replace: name a new directory"
+        )
     if out.exists() and not out.is_dir():
         raise SpecraceError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -91,6 +117,7 @@ def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
+        remove_stale(out.parent, out.name)  # what a killed earlier run of this --out left
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -141,3 +168,246 @@ def check_schema(df, schema: dict[str, str], prefix: str) -> None:
             ok = False
         if not ok:
             raise SpecraceError(f"{prefix} (column {col} is {dtype}, expected {kind})")
+
+
+# The columns of a hardware replay table that compare needs, with the kind of values of each.
+OBSERVED_COLUMNS = {
+    "policy": "string", "step": "int", "req_id": "string", "true_count": "int",
+    "cpu_observed": "int", "cpu_predicted": "int", "agree": "bool", "gpu_consumed": "int",
+    "gpu_wrong": "bool", "land_pos": "int", "land_during_op": "bool", "n_ops": "int",
+    "reads_buffer": "bool",
+}  # fmt: skip
+
+
+# -- the tables a command reads: the expected file, its schema, a clear line for the wrong kind
+# file name -> (what it is, what writes it, column -> int | bool | string | float)
+def table_kinds() -> dict[str, tuple[str, str, dict[str, str]]]:
+    from sim.model.reads import READ_COLUMNS
+
+    kind = {"int64": "int", "int32": "int", "bool": "bool", "string": "string"}
+    return {
+        "reads.parquet": (
+            "reads table", "python -m sim run", {c: kind[t] for c, t in READ_COLUMNS.items()}
+        ),
+        "trace.parquet": (
+            "trace", "python -m sim run without --no-trace",
+            {"time_ns": "int", "dur_ns": "int", "step": "int", "actor": "string",
+             "event": "string", "row": "int", "value": "int", "req_id": "string"},
+        ),
+        "observed.parquet": ("replay table", "python -m gpu_check replay", OBSERVED_COLUMNS),
+        "sweep.parquet": (
+            "sweep table", "python -m sim sweep",
+            {"policy": "string", "seed": "int", "steps": "int", "reads": "int",
+             "cpu_wrong": "int", "gpu_wrong": "int", "corrupted_requests": "int",
+             "mean_step_ns": "float"},
+        ),
+    }  # fmt: skip
+
+
+def read_table(path: Path, name: str):
+    """The table ``name`` (a key of :func:`table_kinds`) at ``path``, schema checked; a table
+    of another kind is named as such ("... is a trace (trace.parquet), not a reads table")."""
+    kinds = table_kinds()
+    what, writer, schema = kinds[name]
+    if not path.is_file() and path.name == name:
+        raise SpecraceError(f"{what} not found: {path} ({writer} writes it)")
+    df = read_parquet(path, what)
+    try:
+        check_schema(df, schema, f"{path}: not a {what} ({writer} writes {name})")
+    except SpecraceError:
+        for other, (other_what, _w, other_schema) in kinds.items():
+            if other != name and _matches(df, other_schema):
+                raise SpecraceError(
+                    f"{path} is a {other_what} ({other}), not a {what} ({name})"
+                ) from None
+        raise
+    if name in ("observed.parquet", "sweep.parquet"):
+        _check_counts(df, path, what, name)
+    return df
+
+
+def _check_counts(df, path: Path, what: str, name: str) -> None:
+    """A replay or sweep table: rows of known policies, counts that can be counts."""
+    from sim.model.policies import POLICIES, SYNC_SCHEDULING
+
+    if df.empty:
+        raise SpecraceError(f"{path}: the {what} has no rows")
+    policies = set(df["policy"].dropna()) - {*POLICIES, SYNC_SCHEDULING.name}
+    if policies or df["policy"].isna().any():
+        raise SpecraceError(f"{path}: unknown policy {sorted(policies)[:1] or [None]}")
+    if name == "sweep.parquet":
+        counts = df[["steps", "reads", "cpu_wrong", "gpu_wrong", "corrupted_requests"]]
+        if (counts < 0).any().any() or (df["steps"] < 1).any():
+            raise SpecraceError(f"{path}: negative counts or a point of no steps")
+        if ((df["cpu_wrong"] > df["reads"]) | (df["gpu_wrong"] > df["reads"])).any():
+            raise SpecraceError(f"{path}: more wrong reads than reads")
+        swept = [c for c in df.columns if c.startswith("set.")]
+        if not swept or df[swept].isna().any().any():
+            raise SpecraceError(f"{path}: no swept column (set.*), or a point without its value")
+        from pandas.api import types
+
+        for c in swept:  # a time is drawn on a numeric axis
+            if (c.endswith("_ns") or "_ns_" in c) and not types.is_numeric_dtype(df[c].dtype):
+                raise SpecraceError(f"{path}: swept time {c} is {df[c].dtype}, not a number")
+        return
+    # Column groups that compare uses when present (a --sim-run replay; the landing timing).
+    groups = (
+        {"sim_gpu_wrong": "bool", "sim_landed": "bool", "sim_cpu_value": "int",
+         "sim_margin_ns": "int"},
+        {"land_predicted_ns": "int", "land_seen_ns": "int", "land_bracket_ns": "int",
+         "op_err_max_ns": "int"},
+    )  # fmt: skip
+    for group in groups:
+        if any(c in df.columns for c in group):
+            check_schema(df, group, f"{path}: not a whole {what}")
+    bad = (df["land_pos"] < -1) | (df["land_pos"] > df["n_ops"]) | (df["n_ops"] < 0)
+    if bad.any():
+        raise SpecraceError(f"{path}: a landing position outside its step's ops")
+
+
+def _matches(df, schema: dict[str, str]) -> bool:
+    try:
+        check_schema(df, schema, "")
+    except SpecraceError:
+        return False
+    return True
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """A run's ``meta.json``: a known policy, a seed and a valid scenario."""
+    from sim.model.params import scenario_from_dict
+    from sim.model.policies import POLICIES, SYNC_SCHEDULING
+
+    meta = read_json(path, "run metadata")
+    if not isinstance(meta, dict):
+        raise SpecraceError(f"{path}: not a run's meta.json (not a JSON object)")
+    policy, seed, scenario = meta.get("policy"), meta.get("seed"), meta.get("scenario")
+    if not isinstance(policy, str) or policy not in (*POLICIES, SYNC_SCHEDULING.name):
+        raise SpecraceError(f"{path}: policy {policy!r} is not a known policy")
+    if type(seed) is not int or not 0 <= seed < 2**63:
+        raise SpecraceError(f"{path}: seed {seed!r} is not an integer in 0..2^63-1")
+    if not isinstance(scenario, dict):
+        raise SpecraceError(f"{path}: scenario is missing or not a table")
+    scenario_from_dict(scenario, "meta", str(path))
+    return meta
+
+
+# Names our atomic writes give their temporaries: mkstemp/mkdtemp's ".<name>.<8 chars>.tmp" and
+# fresh_output_dir's ".<name>.<8 chars>.old".
+_STALE = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(tmp|old)")
+
+
+def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
+    """Remove what a kill just before an atomic rename left in ``folder``: hidden temporaries
+    of our own naming (of target ``name`` only, if given). Nothing else is touched: not a
+    symbolic link, not a file of another name. Returns what was removed."""
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.iterdir():
+        m = _STALE.fullmatch(p.name)
+        if not m or (name is not None and m["name"] != name) or p.is_symlink():
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+COLS_IMPLIED = ("step", "row", "prev_row", "true_count", "prev_drafts")
+
+
+def check_run_tables(schedule, reads, trace, where: str) -> None:
+    """A run's reads (and trace, if given) belong to ``schedule``: steps and rows that exist,
+    each read's request in its row, one read and the step's row ops in the trace. What the
+    analyses index by is checked here, so a table edited by hand or taken from another run
+    is one clear line, not an IndexError inside a plot."""
+    import numpy as np
+
+    n_steps, n_rows = len(schedule.steps), schedule.max_num_reqs
+
+    def fail(name: str, msg: str) -> SpecraceError:
+        return SpecraceError(f"{where}/{name} does not belong to its schedule.json: {msg}")
+
+    step = reads["step"].to_numpy()
+    row = reads["row"].to_numpy()
+    bad = (step < 1) | (step >= n_steps) | (row < 0) | (row >= n_rows)
+    bad |= (reads["prev_row"].to_numpy() < -1) | (reads["prev_row"].to_numpy() >= n_rows)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise fail("reads.parquet", f"read {i} is at step {step[i]}, row {row[i]} "
+                   f"(the schedule has steps 1..{n_steps - 1}, rows 0..{n_rows - 1})")  # fmt: skip
+    if reads["req_id"].isna().any():
+        raise fail("reads.parquet", "a read without its request id")
+    for i, (n, r, req) in enumerate(zip(step, row, reads["req_id"], strict=True)):
+        ids = schedule.steps[int(n)].req_ids
+        if r >= len(ids) or ids[r] != req:
+            raise fail("reads.parquet", f"read {i}: request {req!r} is not in row {r} at step {n}")
+    dup = reads.duplicated(["step", "req_id"]) | reads.duplicated(["step", "row"])
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise fail("reads.parquet", f"read {i} repeats a read of step {step[i]}")
+    # Exactly the reads the schedule implies (sim.model.reads.build_reads): one per row of
+    # step N >= 1 that was in a row of step N - 1, with that row's true count and drafts.
+    parts: dict[str, list[np.ndarray]] = {k: [np.zeros(0, np.int64)] for k in COLS_IMPLIED}
+    for n in range(1, n_steps):
+        pp = np.asarray(schedule.steps[n].prev_positions)
+        rows = np.flatnonzero(pp >= 0)
+        prev = schedule.steps[n - 1]
+        for k, v in zip(COLS_IMPLIED, (np.full(len(rows), n), rows, pp[rows],
+                        np.asarray(prev.accepted)[pp[rows]], np.asarray(prev.drafts)[pp[rows]]),
+                        strict=True):  # fmt: skip
+            parts[k].append(v)
+    want = {k: np.concatenate(v) for k, v in parts.items()}
+    got = reads.sort_values(["step", "row"], kind="stable")
+    if len(want["step"]) != len(got):
+        have = set(zip(step.tolist(), row.tolist(), strict=True))
+        implied = list(zip(want["step"].tolist(), want["row"].tolist(), strict=True))
+        missing = [(n, r) for n, r in implied if (n, r) not in have]
+        what = (f"no read of step {missing[0][0]}, row {missing[0][1]}" if missing
+                else "reads the schedule does not have")  # fmt: skip
+        raise fail("reads.parquet", f"{len(got)} reads, the schedule implies {len(implied)}: "
+                   f"{what}")  # fmt: skip
+    for k, v in want.items():
+        diff = np.flatnonzero(got[k].to_numpy() != v)
+        if len(diff):
+            i = int(diff[0])
+            n, r = got["step"].iloc[i], got["row"].iloc[i]
+            raise fail("reads.parquet", f"the read of step {n}, row {r} has {k} "
+                       f"{got[k].iloc[i]}, the schedule {v[i]}")  # fmt: skip
+    kinds = set(reads["kind"].dropna()) - {"", "unlanded", "ownership", "double-permute"}
+    if kinds or reads["kind"].isna().any():
+        raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
+    if trace is None:
+        return
+    t_step, t_row = trace["step"].to_numpy(), trace["row"].to_numpy()
+    t, d = trace["time_ns"].to_numpy(), trace["dur_ns"].to_numpy()
+    bad = (t_step < 0) | (t_step >= n_steps) | (t_row < -1) | (t_row >= n_rows)
+    bad |= (t < 0) | (d < 0) | (t > 10**15) | (d > 10**15)
+    bad |= trace["actor"].isna().to_numpy() | trace["event"].isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise fail("trace.parquet", f"event {i} (step {t_step[i]}, row {t_row[i]}, "
+                   f"time {t[i]} ns, duration {d[i]} ns) is out of range")  # fmt: skip
+    worker = trace[trace["actor"] == "worker_cpu"]
+    ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]["step"].value_counts()
+    for n in sorted(set(t_step.tolist())):
+        n_ops = len(schedule.steps[n].ops)
+        if int(ops.get(n, 0)) != n_ops:
+            raise fail("trace.parquet", f"step {n} has {int(ops.get(n, 0))} row ops, "
+                       f"the schedule {n_ops}")  # fmt: skip
+    once = {
+        "read_counts": worker[worker["event"].str.startswith("read_counts")],
+        "_update_states": worker[worker["event"] == "_update_states"],
+        "counts_d2h_land": trace[trace["event"] == "counts_d2h_land"],
+    }
+    for name, ev in once.items():
+        dup = ev["step"][ev["step"].duplicated()]
+        if len(dup):
+            raise fail("trace.parquet", f"step {int(dup.iloc[0])} has two {name} events")
+    has_read = set(once["read_counts"]["step"].tolist())
+    missing = sorted(set(step.tolist()) - has_read)
+    if missing:
+        raise fail("trace.parquet", f"step {missing[0]} has reads but no read_counts event")

@@ -1,0 +1,27 @@
+"""Argparse types with ranges, shared by the subcommands: a value out of range is refused
+before any work starts, in one line naming the option."""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.runs.limits import MAX_STEPS
+
+
+def int_in(lo: int, hi: int, shown: str):
+    """An argparse type: an integer in ``lo..hi`` (``shown`` is how the range reads)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
+        return value
+
+    return parse
+
+
+steps_arg = int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")  # --steps: engine steps
+seed_arg = int_in(0, 2**63 - 1, "0..2^63-1")  # --seed
