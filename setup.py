@@ -18,7 +18,9 @@ class BuildWithCommit(build_py):
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             commit = ""
-        (Path(self.build_lib) / "sim" / "COMMIT").write_text((commit or "unknown") + "\n")
+        target = Path(self.build_lib) / "sim" / "COMMIT"
+        target.parent.mkdir(parents=True, exist_ok=True)  # an editable build copies nothing there
+        target.write_text((commit or "unknown") + "\n")
 
 
 setup(cmdclass={"build_py": BuildWithCommit})

@@ -80,8 +80,10 @@ def check_spec_file(path: Path) -> None:
     def scalar(v: object) -> bool:
         return isinstance(v, str | int | float | bool)
 
-    ok = isinstance(d, dict) and set(d) == {"scenario", "policies", "vary", "swarm", "seeds",
-                                            "steps"}  # fmt: skip
+    keys = {"scenario", "policies", "vary", "swarm", "seeds", "steps"}
+    # "engine" is written since the vectorized tier became the default (older specs lack it)
+    ok = isinstance(d, dict) and set(d) in (keys, keys | {"engine"})
+    ok = ok and d.get("engine", "simpy") in ("simpy", "vector")
     ok = ok and isinstance(d["scenario"], str) and isinstance(d["policies"], list)
     ok = ok and all(isinstance(p, str) and p in POLICIES for p in d["policies"])
     ok = ok and all(type(d[k]) is int and d[k] >= 0 for k in ("swarm", "seeds", "steps"))
