@@ -25,7 +25,8 @@ from sim.runs.io import atomic_write_text
 N = 256
 
 
-def _spin_ns_per_cycle() -> float:
+def spin_ns_per_cycle() -> float:
+    """Nanoseconds per ``torch.cuda._sleep`` cycle on this GPU (timed with CUDA events)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(100_000)
     start.record()
@@ -39,7 +40,7 @@ def measure(reps: int = 200) -> dict[str, list[int]]:
     pinned = torch.zeros(1 + N, dtype=torch.int32, pin_memory=True)
     view = pinned.numpy()
     src = torch.zeros(1 + N, dtype=torch.int32, device="cuda")
-    cycles = int(2_000_000 / _spin_ns_per_cycle())  # ~2 ms
+    cycles = int(2_000_000 / spin_ns_per_cycle())  # ~2 ms
     samples: dict[str, list[int]] = {"dma_land_delay_ns": [], "worker_event_sync_ns": [],
                                      "worker_copy_to_gpu_ns": []}  # fmt: skip
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -148,3 +148,10 @@ def test_vllm_table_matches_the_committed_runs() -> None:
     text = (ROOT / "data/vllm/README.md").read_text()
     table = re.search(r"^\| vLLM \| runner \| mode \|.*?(?=\n\n)", text, re.M | re.S)
     assert table and table.group(0) in README
+
+
+def test_fuzz_table_is_the_committed_campaign() -> None:
+    """The README's campaign table is the output committed in data/fuzz/campaign.md."""
+    text = (ROOT / "data/fuzz/campaign.md").read_text()
+    table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
+    assert table.count("\n") >= 8 and table in README

@@ -98,7 +98,7 @@ def build_reads(raw: dict[str, Any], block: int) -> tuple[pd.DataFrame, int]:
 
 def predict(reads: pd.DataFrame, raw: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """sim's policy for the run predicts every read's consumed count."""
-    from gpu_check.vllm.agreement import policy_for
+    from gpu_check.vllm.agreement import policy_for, report
 
     policy = policy_for(raw["mode"], raw.get("vllm_version", ""), "v2")
     expected = reads["expected"].to_numpy()
@@ -110,28 +110,11 @@ def predict(reads: pd.DataFrame, raw: dict[str, Any]) -> tuple[pd.DataFrame, dic
     g["agree"] = pred == g["gpu_value"].to_numpy()
     g["predicted_wrong"] = g["consumed"].to_numpy() & (pred != expected)
     g["ambiguous"] = False
-    g["close_call"] = False
-    obs, prd = g["wrong"], g["predicted_wrong"]
-    rep = {
-        "policy": policy.name,
-        "reads": int(len(g)),
-        "scored": int(len(g)),
-        "ambiguous": 0,
-        "agree": int(g["agree"].sum()),
-        "agreement": round(float(g["agree"].mean()), 6) if len(g) else None,
-        "wrong_observed": int(obs.sum()),
-        "wrong_predicted": int(prd.sum()),
-        "confusion": {
-            "observed_wrong_predicted_wrong": int((obs & prd).sum()),
-            "observed_wrong_predicted_right": int((obs & ~prd).sum()),
-            "observed_right_predicted_wrong": int((~obs & prd).sum()),
-            "observed_right_predicted_right": int((~obs & ~prd).sum()),
-        },
-        "close_call_steps": 0,
-        "close_call_reads": 0,
-        "close_call_agree": 0,
-        "close_call_ambiguous": 0,
-    }
+    g["close_call"] = False  # MRv2 has no row ops for a landing to fall near
+    g["scored_value"] = g["gpu_value"]
+    meta = {"mode": raw["mode"], "config": raw["config"]["name"],
+            "vllm_version": raw.get("vllm_version", ""), "steps": len(raw["steps"])}  # fmt: skip
+    rep = report(g, policy, meta)
     return g, rep
 
 
@@ -168,7 +151,6 @@ def export_run_v2(raw: dict[str, Any], out: Path, summary: dict[str, Any] | None
     atomic_write(out / "observed_vllm.parquet", lambda t: reads.to_parquet(t, index=False))
     atomic_write(out / "agreement.parquet", lambda t: pred.to_parquet(t, index=False))
     atomic_write_text(out / "export.json", json.dumps(exp, indent=2) + "\n")
-    meta = {k: exp[k] for k in ("mode", "config", "vllm_version", "steps")}
-    rep = {**meta, "runner": "v2", **rep}
+    rep = {**rep, "runner": "v2"}
     atomic_write_text(out / "agreement.json", json.dumps(rep, indent=2) + "\n")
     return rep

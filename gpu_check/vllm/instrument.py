@@ -36,7 +36,23 @@ import numpy as np
 now = time.perf_counter_ns
 
 
-class Recorder:
+class Hooks:
+    """Instance attributes that shadow methods of live objects, removed again by ``uninstall``."""
+
+    _saved: list[tuple[Any, str]]
+
+    def _hook(self, obj: Any, name: str, factory) -> None:
+        orig = getattr(obj, name)
+        setattr(obj, name, factory(orig))
+        self._saved.append((obj, name))
+
+    def uninstall(self) -> None:
+        for obj, name in reversed(self._saved):
+            delattr(obj, name)
+        self._saved.clear()
+
+
+class Recorder(Hooks):
     def __init__(self, runner: Any, level: str = "full", gpu_delay_us: int = 0,
                  max_steps: int = 8192, ns_per_cycle: float | None = None) -> None:  # fmt: skip
         import torch
@@ -60,12 +76,7 @@ class Recorder:
             self.gpu_ring = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
         self._saved: list[tuple[Any, str]] = []
 
-    # -- install / uninstall -----------------------------------------------------------------
-    def _hook(self, obj: Any, name: str, factory) -> None:
-        orig = getattr(obj, name)
-        setattr(obj, name, factory(orig))
-        self._saved.append((obj, name))
-
+    # -- install -----------------------------------------------------------------------------
     def install(self) -> Recorder:
         r, ib = self.runner, self.ib
         self._hook(r, "execute_model", self._execute_model)
@@ -79,11 +90,6 @@ class Recorder:
             self._hook(ib, "condense", self._condense)
             self._hook(ib, "swap_states", self._swap)
         return self
-
-    def uninstall(self) -> None:
-        for obj, name in reversed(self._saved):
-            delattr(obj, name)
-        self._saved.clear()
 
     def _landed(self) -> bool:
         ev = self.runner.num_accepted_tokens_event
@@ -277,15 +283,9 @@ class Recorder:
 
 def calibrate_sleep() -> float:
     """Nanoseconds per ``torch.cuda._sleep`` cycle on this GPU (timed with CUDA events)."""
-    import torch
+    from gpu_check.calibrate import spin_ns_per_cycle
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(2_000_000)
-    start.record()
-    torch.cuda._sleep(2_000_000)
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end) * 1e6 / 2_000_000)
+    return spin_ns_per_cycle()
 
 
 def step_intervals_ms(steps: list[dict[str, Any]]) -> np.ndarray:

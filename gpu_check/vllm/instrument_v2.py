@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_check.vllm.instrument import calibrate_sleep, now
+from gpu_check.vllm.instrument import Hooks, calibrate_sleep, now
 
 
 def is_v2_runner(runner: Any) -> bool:
     return type(runner).__module__.startswith("vllm.v1.worker.gpu.")
 
 
-class RecorderV2:
+class RecorderV2(Hooks):
     def __init__(self, runner: Any, level: str = "full", gpu_delay_us: int = 0,
                  max_steps: int = 8192, ns_per_cycle: float | None = None) -> None:  # fmt: skip
         import torch
@@ -51,21 +51,12 @@ class RecorderV2:
         self.slot_ring = torch.zeros(shape, dtype=torch.int64, pin_memory=True)
         self._saved: list[tuple[Any, str]] = []
 
-    def _hook(self, obj: Any, name: str, factory) -> None:
-        setattr(obj, name, factory(getattr(obj, name)))
-        self._saved.append((obj, name))
-
     def install(self) -> RecorderV2:
         self._hook(self.runner, "execute_model", self._execute_model)
         self._hook(self.ms, "prepare_attn", self._prepare_attn)
         if self.level == "full":
             self._hook(self.ms, "postprocess_state", self._postprocess_state)
         return self
-
-    def uninstall(self) -> None:
-        for obj, name in reversed(self._saved):
-            delattr(obj, name)
-        self._saved.clear()
 
     def _execute_model(self, orig):
         def hook(scheduler_output, *args, **kwargs):

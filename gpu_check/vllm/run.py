@@ -227,33 +227,22 @@ def run_config(
     _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
     reqs = workload(cfg)
     result: dict[str, Any] = {"config": cfg.to_dict()}
-    if cfg.baseline:
+
+    def one_pass(level: str, tag: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         llm.reset_prefix_cache()
-        rec = Recorder(runner, "timing", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+        rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
         try:
-            result["baseline"] = drive(llm, reqs, f"b{cfg.name}-")
+            stats = drive(llm, reqs, f"{tag}{cfg.name}-")
         finally:
             rec.uninstall()
-        result["baseline"] |= {"runner_steps": len(rec.steps), **_interval_stats(rec.finish())}
-    llm.reset_prefix_cache()
-    rec = Recorder(runner, "full", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
-    try:
-        result["instrumented"] = drive(llm, reqs, f"{cfg.name}-")
-    finally:
-        rec.uninstall()
-    steps = rec.finish()
-    result["instrumented"] |= {"runner_steps": len(steps), **_interval_stats(steps)}
+        steps = rec.finish()
+        return stats | {"runner_steps": len(steps), **_interval_stats(steps)}, steps
+
+    if cfg.baseline:
+        result["baseline"] = one_pass("timing", "b")[0]
+    result["instrumented"], steps = one_pass("full", "")
     if cfg.baseline and repeat_baseline:  # A-B-A: is a difference the hooks or the order?
-        llm.reset_prefix_cache()
-        rec2 = Recorder(runner, "timing", cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
-        try:
-            result["baseline_after"] = drive(llm, reqs, f"a{cfg.name}-")
-        finally:
-            rec2.uninstall()
-        result["baseline_after"] |= {
-            "runner_steps": len(rec2.steps),
-            **_interval_stats(rec2.finish()),
-        }
+        result["baseline_after"] = one_pass("timing", "a")[0]
     raw = {
         "schema": "specrace.vllm_raw",
         "runner": "v2" if v2 else "v1",

@@ -29,6 +29,17 @@ def test_bad_rounds_are_refused() -> None:
         fit_offset([(10, 5, 3)])
 
 
+class AimRecording(ScriptedCounts):
+    def __init__(self, max_num_reqs: int, plan: list[int]) -> None:
+        super().__init__(max_num_reqs, plan)
+        self.aims: list[int | None] = []
+
+    def launch(self, counts, spin_ns, private, land_at_ns=None) -> None:
+        assert spin_ns == 0 or land_at_ns is None
+        self.aims.append(land_at_ns)
+        super().launch(counts, spin_ns, private, land_at_ns)
+
+
 def test_the_device_clock_path_of_the_replay_still_agrees_everywhere() -> None:
     """The step's t0 set ahead of the launch changes where the host sits, not what the reads
     return: with scripted landings every policy agrees with the write log."""
@@ -38,7 +49,9 @@ def test_the_device_clock_path_of_the_replay_still_agrees_everywhere() -> None:
     for policy in POLICIES.values():
         rng = np.random.default_rng(1)
         plan = [int(rng.integers(-1, len(sched.steps[n].ops) + 1)) for n in range(1, 40)]
-        df = replay(sched, policy, ScriptedCounts(sched.max_num_reqs, plan), cfg)
+        dev = AimRecording(sched.max_num_reqs, plan)
+        df = replay(sched, policy, dev, cfg)
+        assert dev.aims and all(a is not None for a in dev.aims)  # aimed by the clock, no spin
         table = agreement(df)
         assert int(table["disagree"].sum()) == 0, policy.name
 
