@@ -8,12 +8,17 @@ the device clock by an offset measured on this machine:
 
 - :func:`fit_offset` turns stamping rounds into the offset: the host notes its clock, launches
   a kernel that writes ``%globaltimer`` into pinned host memory (a zero-copy CUDA view of it),
-  and notes its clock again when the stamp appears. The stamp lies inside that round trip; the
-  tightest round gives the offset (its midpoint) and its uncertainty (half its length);
+  and notes its clock again when the stamp appears. The stamp was taken inside that round trip,
+  so each round bounds the offset from both sides; the offset is the tightest lower bound
+  (stamp - sighting: only the write's visibility, a near-constant microsecond, lies between),
+  its uncertainty the width of what all rounds leave open;
+- the two clocks drift apart by a few µs per second (H200: 3 ppm, data/replay/heldout), more
+  than the aim's budget over one replay, so :meth:`DeviceClock.track` stamps a couple of rounds
+  before every step and follows the drift with the median of the last steps' bounds;
 - :class:`DeviceClock` holds the kernels (Triton, inline PTX) and the offset; ``wait_until``
   enqueues the wait for a host instant. What lies between the wait's end and the bytes landing
-  (the copy's launch and transfer) is a constant the replay measures in its own context
-  (``measure_lag``) and aims that much earlier.
+  (the copy's launch and transfer, and the visibility above) is a constant the replay measures
+  in its own context (``replay_cli._device_clock_lag``) and aims that much earlier.
 
 Only :func:`fit_offset` runs without a GPU (tests); the kernels need CUDA.
 """
@@ -21,6 +26,7 @@ Only :func:`fit_offset` runs without a GPU (tests); the kernels need CUDA.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,20 +35,25 @@ now = time.perf_counter_ns
 
 @dataclass(frozen=True)
 class ClockMap:
-    offset_ns: int  # device clock minus host clock
-    uncertainty_ns: int  # half the tightest round trip
+    offset_ns: int  # device clock minus host clock, less the stamp's visibility latency
+    uncertainty_ns: int  # what the rounds leave open: tightest upper bound - offset
     rounds: int
 
 
 def fit_offset(samples: list[tuple[int, int, int]]) -> ClockMap:
-    """``(host_before_launch, device_stamp, host_saw_stamp)`` per round -> the offset."""
+    """``(host_before_launch, device_stamp, host_saw_stamp)`` per round -> the offset.
+
+    A stamp taken at host instant h (h0 <= h <= h1) says offset = stamp - h, so it lies in
+    ``[stamp - h1, stamp - h0]``: the largest lower bound is the estimate, the smallest upper
+    bound closes the interval."""
     if not samples:
         raise ValueError("fit_offset: no stamping rounds")
     for h0, _, h1 in samples:
         if h1 < h0:
             raise ValueError(f"fit_offset: a round ends before it starts ({h0} > {h1})")
-    h0, stamp, h1 = min(samples, key=lambda s: s[2] - s[0])
-    return ClockMap(stamp - (h0 + h1) // 2, (h1 - h0 + 1) // 2, len(samples))
+    low = max(stamp - h1 for _, stamp, h1 in samples)
+    high = min(stamp - h0 for h0, stamp, _ in samples)
+    return ClockMap(low, max(high - low, 0), len(samples))
 
 
 _KERNELS: dict[str, Any] = {}
@@ -90,6 +101,7 @@ class DeviceClock:
         self._np = self.host.numpy()
         self.k["wait_until"][(1,)](0)  # compile both before anything is timed
         self.map = self.calibrate(rounds)
+        self._recent: deque[int] = deque([self.map.offset_ns], maxlen=16)
 
     def stamp_round(self) -> tuple[int, int, int]:
         self.torch.cuda.synchronize()
@@ -104,6 +116,13 @@ class DeviceClock:
     def calibrate(self, rounds: int = 64) -> ClockMap:
         self.stamp_round()  # warm-up
         self.map = fit_offset([self.stamp_round() for _ in range(rounds)])
+        return self.map
+
+    def track(self, rounds: int = 2) -> ClockMap:
+        """Follow the drift: a few rounds now, the offset the median of the last steps'."""
+        self._recent.append(fit_offset([self.stamp_round() for _ in range(rounds)]).offset_ns)
+        offset = int(sorted(self._recent)[len(self._recent) // 2])
+        self.map = ClockMap(offset, self.map.uncertainty_ns, self.map.rounds)
         return self.map
 
     def wait_until(self, host_ns: int) -> None:

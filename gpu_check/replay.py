@@ -43,13 +43,27 @@ class CountsDevice(Protocol):
     private: np.ndarray  # #51599's runner-private target
 
     def reset(self, prior: np.ndarray, step: int) -> None: ...
-    # land_at_ns: a host instant the copy should land at (``--aim device-clock``), else a spin
-    def launch(
-        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
-    ) -> None: ...
+    # The copy, in two halves: ``stage`` uploads step N's counts and waits for the upload (not
+    # timed); ``fire`` enqueues the aim and the non-blocking copy. land_at_ns: a host instant
+    # the copy should land at (``--aim device-clock``), else a spin of spin_ns.
+    def stage(self, counts: np.ndarray, private: bool) -> None: ...
+    def fire(self, spin_ns: int, land_at_ns: int | None = None) -> None: ...
+    def track_clock(self) -> None: ...  # re-measure the device clock's offset (drift)
     def poll(self, op_index: int) -> bool: ...  # landed (tag visible) right now?
     def query(self) -> bool: ...  # the copy's event complete (never blocks)?
     def synchronize(self) -> None: ...
+
+
+def launch(
+    device: CountsDevice,
+    counts: np.ndarray,
+    spin_ns: int,
+    private: bool,
+    land_at_ns: int | None = None,
+) -> None:
+    """Stage and fire in one go (calibrations, where the upload's time does not matter)."""
+    device.stage(counts, private)
+    device.fire(spin_ns, land_at_ns)
 
 
 class ScriptedCounts:
@@ -68,11 +82,14 @@ class ScriptedCounts:
         self.private[:] = prior
         self._landed = False
 
-    def launch(
-        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
-    ) -> None:
+    def stage(self, counts: np.ndarray, private: bool) -> None:
         self._counts, self._private = counts, private
+
+    def fire(self, spin_ns: int, land_at_ns: int | None = None) -> None:
         self._target = self._plan.pop(0)
+
+    def track_clock(self) -> None:
+        pass
 
     def poll(self, op_index: int) -> bool:
         if not self._landed and self._target >= 0 and op_index >= self._target:
@@ -137,22 +154,25 @@ class CudaCounts:
             self.clock = DeviceClock()
         return self.clock
 
-    def launch(
-        self, counts: np.ndarray, spin_ns: int, private: bool, land_at_ns: int | None = None
-    ) -> None:
+    def stage(self, counts: np.ndarray, private: bool) -> None:
         torch = self.torch
-        n = len(counts)
+        self._n = n = len(counts)
         host = torch.from_numpy(np.concatenate([[self._tag], counts]).astype(np.int32))
         self.counts_gpu[: 1 + n].copy_(host)  # upload first, then the race starts
         torch.cuda.synchronize()
         self._view = self._tag_views[1 if private else 0]
-        dst = self.priv if private else self.shared
+        self._dst = self.priv if private else self.shared
+
+    def fire(self, spin_ns: int, land_at_ns: int | None = None) -> None:
         if land_at_ns is not None:
             self.device_clock().wait_until(land_at_ns)
         elif spin_ns > 0:
-            torch.cuda._sleep(int(spin_ns / self.ns_per_cycle))
-        dst[: 1 + n].copy_(self.counts_gpu[: 1 + n], non_blocking=True)
+            self.torch.cuda._sleep(int(spin_ns / self.ns_per_cycle))
+        self._dst[: 1 + self._n].copy_(self.counts_gpu[: 1 + self._n], non_blocking=True)
         self.event.record()
+
+    def track_clock(self) -> None:
+        self.device_clock().track()
 
     def poll(self, op_index: int) -> bool:
         return int(self._view[0]) == self._tag
@@ -173,6 +193,11 @@ OBSERVED_COLUMNS = [
     # spin aimed at, the first sighting of the tag and the gap to the poll before it, and how
     # far the row ops' stores were from their scheduled times.
     "land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns", "op_err_p50_ns",
+    # Where the aim put the landing among the step's events (ops stored before it; n_ops after
+    # the last; -1 after the read) and how far it was from the nearest event whose order against
+    # it decides a read (an op's store, the read where the policy does not wait): a landing
+    # error or an op error larger than this margin can flip the step.
+    "land_predicted_pos", "land_margin_ns",
 ]  # fmt: skip
 
 
@@ -319,14 +344,16 @@ def replay(
         private = policy.dma_into_private
         device.reset(prior, n)
         counts = prev.accepted.astype(np.int32)
-        if cfg.aim == "device-clock":
+        device.stage(counts, private)
+        if cfg.aim == "device-clock":  # the step's t0 set ahead, the wait aimed at the model's
+            device.track_clock()
             t0 = time.perf_counter_ns() + cfg.lead_ns
-            device.launch(counts, 0, private, land_at_ns=t0 + target - cfg.clock_lag_ns)
+            device.fire(0, land_at_ns=t0 + target - cfg.clock_lag_ns)
             if policy.waits_before_moves:
                 device.synchronize()
                 t0 = max(t0, time.perf_counter_ns())
         else:
-            device.launch(counts, spin_ns, private)
+            device.fire(spin_ns)
             if policy.waits_before_moves:
                 device.synchronize()
             t0 = time.perf_counter_ns()
@@ -351,8 +378,12 @@ def replay(
         observed = _read(policy, device.buf, device.private, cur)
         if land < 0 and clock.poll(len(cur.ops)):
             land, during = len(cur.ops), True
+        aimed = not policy.waits_before_moves
+        pos, margin = _aimed_position(offsets, read_ns, target, policy.waits_before_read)
         timing = {
-            "land_predicted_ns": target if not policy.waits_before_moves else -1,
+            "land_predicted_ns": target if aimed else -1,
+            "land_predicted_pos": pos if aimed else 0,
+            "land_margin_ns": margin if aimed else -1,
             "land_seen_ns": clock.seen_ns,
             "land_bracket_ns": clock.bracket_ns,
             "op_err_max_ns": int(np.abs(op_err).max()) if len(op_err) else 0,
@@ -361,6 +392,20 @@ def replay(
         for v in _verdicts(schedule, n, policy, prior, land, observed, during):
             rows.append(v | timing)
     return pd.DataFrame(rows, columns=OBSERVED_COLUMNS)
+
+
+def _aimed_position(
+    offsets: np.ndarray, read_ns: int, target: int, waits_before_read: bool
+) -> tuple[int, int]:
+    """(ops stored before the aimed landing, or -1 if it falls after the read; its distance to
+    the nearest event whose order against it matters). A policy that waits before its read
+    always reads landed counts: only the ops count for it."""
+    read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)
+    after_read = not waits_before_read and target > read_at
+    pos = -1 if after_read else int((offsets < target).sum())
+    events = list(offsets) + ([] if waits_before_read else [read_at])
+    margin = min((abs(target - int(t)) for t in events), default=-1)
+    return pos, int(margin)
 
 
 def _verdicts(

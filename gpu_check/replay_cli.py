@@ -15,6 +15,7 @@ from gpu_check.replay import (
     CudaCounts,
     ReplayConfig,
     ScriptedCounts,
+    launch,
     op_offsets,
     replay,
 )
@@ -212,8 +213,10 @@ def _device_clock_lag(device: CudaCounts, lead_ns: int, reps: int = 31) -> int:
     samples = []
     for i in range(reps):
         device.reset(np.ones(len(device.buf), dtype=np.int32), 20_000 + i)
+        device.stage(np.ones(1, dtype=np.int32), private=False)
+        device.track_clock()
         aim = time.perf_counter_ns() + lead_ns
-        device.launch(np.ones(1, dtype=np.int32), 0, private=False, land_at_ns=aim)
+        device.fire(0, land_at_ns=aim)
         while not device.poll(0):
             pass
         samples.append(time.perf_counter_ns() - aim)
@@ -235,7 +238,7 @@ def _landing_table(device: CudaCounts, reps: int = 9) -> tuple[tuple[int, ...], 
         samples = []
         for i in range(reps):
             device.reset(np.ones(len(device.buf), dtype=np.int32), 10_000 + 100 * j + i)
-            device.launch(np.ones(1, dtype=np.int32), spin, private=False)
+            launch(device, np.ones(1, dtype=np.int32), spin, private=False)
             t0 = time.perf_counter_ns()
             while not device.poll(0):
                 pass

@@ -263,11 +263,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(prediction_agreement(observed).to_string(index=False))
     if args.req_id:
         print(by_landing(observed, args.req_id, args.step).to_string(index=False))
-    from sim.hardware.compare import landing_timing
+    from sim.hardware.compare import close_calls, landing_timing
 
     timing = landing_timing(observed)
     if not timing.empty:
+        print("\nlanding and op-placement error (µs), by policy")
         print(timing.to_string(index=False))
+    by_type = landing_timing(observed, by="type")
+    if not by_type.empty:
+        print("\nlanding and op-placement error (µs), by where the model lands the counts")
+        print(by_type.to_string(index=False))
+    verdicts = close_calls(observed)
+    if not verdicts.empty:
+        print(
+            "\nthe model's verdict on the hardware: close calls (margin <= 100 µs), margins"
+            " > 25 µs, and what flipped each missed close call"
+        )
+        print(verdicts.to_string(index=False))
     return 0
 
 

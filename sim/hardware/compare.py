@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
 from sim.runs.io import OBSERVED_COLUMNS, read_table
+from sim.runs.stats import wilson
 
 # The columns compare needs, with the kind of values each must hold (sim.runs.io checks them).
 REQUIRED = OBSERVED_COLUMNS
@@ -115,7 +117,50 @@ def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
     )
 
 
-def landing_timing(observed: pd.DataFrame) -> pd.DataFrame:
+TIMING_COLUMNS = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns")
+VERDICT_COLUMNS = ("land_predicted_pos", "land_margin_ns", "sim_cpu_value", "sim_landed")
+CLOSE_CALL_US = 100  # a step whose landing the model puts this close to an op or the read
+WIDE_US = 25  # beyond this margin the replay's own errors must never flip a verdict
+
+
+def step_type(pos: pd.Series, n_ops: pd.Series) -> pd.Series:
+    """Where the model lands step N's counts among step N+1's events, in words."""
+    kind = np.select(
+        [pos < 0, n_ops == 0, pos == 0, pos < n_ops],
+        ["after the read", "no row ops", "before the ops", "amid the ops"],
+        "after the ops",
+    )
+    return pd.Series(kind, index=pos.index)
+
+
+def replay_steps(observed: pd.DataFrame) -> pd.DataFrame:
+    """One row per replayed step whose landing was aimed at the model's time and sighted:
+    the landing error (first sighting - aim, ns), the worst op's placement error, and, where
+    the table has them, the model's landing position, margin, and whether the hardware gave
+    the model's verdict (every read's value; a read the model has before the landing, by the
+    hardware also reading before it). Steps that landed inside an op are left out (unscored)."""
+    if not all(c in observed.columns for c in TIMING_COLUMNS):
+        return pd.DataFrame()
+    df = observed[(observed["land_predicted_ns"] >= 0) & ~observed["land_during_op"]]
+    keys = ["policy", "step"]
+    first = df.groupby(keys, sort=True).first()
+    out = pd.DataFrame(index=first.index)
+    seen = first["land_seen_ns"]
+    out["land_err_ns"] = np.where(seen >= 0, seen - first["land_predicted_ns"], np.nan)
+    out["op_err_ns"] = first["op_err_max_ns"]
+    out["bracket_ns"] = first["land_bracket_ns"]
+    out["reads_buffer"] = first["reads_buffer"].astype(bool)
+    if all(c in df.columns for c in VERDICT_COLUMNS):
+        out["type"] = step_type(first["land_predicted_pos"], first["n_ops"])
+        out["margin_ns"] = first["land_margin_ns"]
+        same_value = (df["cpu_observed"] == df["sim_cpu_value"]) | ~df["sim_landed"]
+        unlanded_ok = df["sim_landed"] | (df["land_pos"] == -1)
+        out["same_verdict"] = (same_value & unlanded_ok).groupby([df[k] for k in keys]).all()
+        out["same_position"] = first["land_pos"] == first["land_predicted_pos"]
+    return out.reset_index()
+
+
+def landing_timing(observed: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
     """How far the hardware's landing and row-op stores were from where the replay put them.
 
     One row per policy, over steps whose landing the replay aimed (a policy that waits before
@@ -124,18 +169,17 @@ def landing_timing(observed: pd.DataFrame) -> pd.DataFrame:
     before it), and the op-placement error (|store time - scheduled time|, the step's worst op).
     Replays without these columns (recorded before they existed) give an empty table.
     """
-    cols = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns")
-    if not all(c in observed.columns for c in cols):
+    steps = replay_steps(observed)
+    if steps.empty or (by != "policy" and by not in steps.columns):
         return pd.DataFrame()
-    steps = observed.drop_duplicates(["policy", "step", "land_predicted_ns", "land_seen_ns"])
-    aimed = steps[(steps["land_predicted_ns"] >= 0) & (steps["land_seen_ns"] >= 0)]
-    err = (aimed["land_seen_ns"] - aimed["land_predicted_ns"]).abs() / 1000
+    aimed = steps[steps["land_err_ns"].notna()]
     g = aimed.assign(
-        err_us=err, op_us=aimed["op_err_max_ns"] / 1000, bracket_us=aimed["land_bracket_ns"] / 1000
-    ).groupby("policy", sort=True)
+        err_us=aimed["land_err_ns"].abs() / 1000, op_us=aimed["op_err_ns"] / 1000,
+        bracket_us=aimed["bracket_ns"] / 1000,
+    ).groupby(by, sort=True)  # fmt: skip
     out = pd.DataFrame({
         "steps": g.size(),
-        "land_err_p50_us": g["err_us"].median(),
+        "land_err_median_us": g["err_us"].median(),
         "land_err_p95_us": g["err_us"].quantile(0.95),
         "land_err_max_us": g["err_us"].max(),
         "bracket_p95_us": g["bracket_us"].quantile(0.95),
@@ -143,3 +187,43 @@ def landing_timing(observed: pd.DataFrame) -> pd.DataFrame:
         "op_err_max_us": g["op_us"].max(),
     })  # fmt: skip
     return out.round(2).reset_index()
+
+
+ATTRIBUTION = ("landing", "op placement", "both", "neither")
+
+
+def attribute(land_err_ns: float, op_err_ns: float, margin_ns: float) -> str:
+    """Which of the replay's errors could have flipped a step: an error at least the model's
+    margin moves the landing (or an op) past the event the verdict depends on."""
+    land = not np.isfinite(land_err_ns) or abs(land_err_ns) >= margin_ns
+    op = op_err_ns >= margin_ns
+    return ATTRIBUTION[0 if land and not op else 1 if op and not land else 2 if land else 3]
+
+
+def close_calls(observed: pd.DataFrame) -> pd.DataFrame:
+    """Per policy and over all: how often the hardware gave the model's verdict on close calls
+    (margin <= 100 µs) and on steps with margin > 25 µs, each as a count, a rate and its 95 %
+    Wilson interval, and every close call it did not give attributed to the landing error, the
+    op-placement error, both, or neither. Empty for a replay without the model's verdicts."""
+    steps = replay_steps(observed)
+    if steps.empty or "same_verdict" not in steps.columns:
+        return pd.DataFrame()
+    # A step is at stake where the policy reads the buffer and some event's order against the
+    # landing decides what it reads (margin -1: no such event, e.g. no ops before a waited read).
+    steps = steps[(steps["margin_ns"] >= 0) & steps["reads_buffer"]]
+    rows = []
+    for name, g in [*steps.groupby("policy", sort=True), ("all", steps)]:
+        row: dict = {"policy": name}
+        for label, sel in (("close", g["margin_ns"] <= CLOSE_CALL_US * 1000),
+                           ("wide", g["margin_ns"] > WIDE_US * 1000)):  # fmt: skip
+            n, k = int(sel.sum()), int(g.loc[sel, "same_verdict"].sum())
+            lo, hi = wilson(k, n)
+            row |= {f"{label}_steps": n, f"{label}_same": k,
+                    f"{label}_rate": round(k / n, 4) if n else float("nan"),
+                    f"{label}_ci95": f"[{float(lo):.3f}, {float(hi):.3f}]"}  # fmt: skip
+        miss = g[(g["margin_ns"] <= CLOSE_CALL_US * 1000) & ~g["same_verdict"]]
+        errors = zip(miss["land_err_ns"], miss["op_err_ns"], miss["margin_ns"], strict=True)
+        why = [attribute(e, o, m) for e, o, m in errors]
+        row |= {f"miss_{a.replace(' ', '_')}": why.count(a) for a in ATTRIBUTION}
+        rows.append(row)
+    return pd.DataFrame(rows)

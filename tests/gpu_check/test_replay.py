@@ -159,11 +159,55 @@ def test_landing_timing_table_from_hand_built_steps() -> None:
         for req in ("A", "B"):  # two reads of one step count once
             rows.append({"policy": "align", "step": step, "req_id": req,
                          "land_predicted_ns": aim * 1000, "land_seen_ns": seen * 1000,
-                         "land_bracket_ns": 500, "op_err_max_ns": op})  # fmt: skip
+                         "land_bracket_ns": 500, "op_err_max_ns": op, "n_ops": 2,
+                         "land_during_op": False, "reads_buffer": True})  # fmt: skip
     t = landing_timing(pd.DataFrame(rows)).iloc[0]
     assert t.steps == 2  # the step whose tag was never seen is left out
-    assert t.land_err_p50_us == 30.0 and t.land_err_max_us == 30.0
+    assert t.land_err_median_us == 30.0 and t.land_err_max_us == 30.0
     assert t.op_err_max_us == 2.0 and t.bracket_p95_us == 0.5
+
+
+def _verdict_step(step, margin_us, land_err_us, op_err_us, same, pos=1, seen=True):
+    """Two reads of one hand-built step of a --sim-run replay; ``same``: the hardware gave the
+    model's value."""
+    aim = 500_000
+    return [{"policy": "align", "step": step, "req_id": r, "n_ops": 2, "land_pos": pos,
+             "land_during_op": False, "reads_buffer": True, "land_predicted_ns": aim,
+             "land_seen_ns": aim + land_err_us * 1000 if seen else -1, "land_bracket_ns": 400,
+             "op_err_max_ns": op_err_us * 1000, "land_predicted_pos": 1,
+             "land_margin_ns": margin_us * 1000, "sim_landed": True, "sim_cpu_value": 1,
+             "cpu_observed": 1 if same or r == "A" else 4} for r in ("A", "B")]  # fmt: skip
+
+
+def test_close_calls_count_verdicts_by_margin_and_attribute_each_miss() -> None:
+    from sim.hardware.compare import close_calls
+
+    rows = (
+        _verdict_step(1, 200, 3, 1, True)  # wide only
+        + _verdict_step(2, 80, 2, 1, True)  # close and wide
+        + _verdict_step(3, 20, 30, 1, False)  # close miss: the landing moved 30 > 20 µs
+        + _verdict_step(4, 10, 2, 15, False)  # close miss: an op 15 µs late > 10 µs
+        + _verdict_step(5, 10, -12, 11, False)  # both
+        + _verdict_step(6, 50, 2, 1, False)  # close and wide miss, neither error explains it
+        + _verdict_step(7, 5, 0, 0, False, seen=False)  # never sighted: the landing
+    )
+    t = close_calls(pd.DataFrame(rows)).set_index("policy")
+    assert list(t.index) == ["align", "all"]
+    a = t.loc["align"]
+    assert (a.close_steps, a.close_same) == (6, 1)
+    assert (a.wide_steps, a.wide_same) == (3, 2)
+    assert (a.miss_landing, a.miss_op_placement, a.miss_both, a.miss_neither) == (2, 1, 1, 1)
+    assert a.close_ci95 == "[0.030, 0.564]"  # Wilson 95 % of 1 in 6
+
+
+def test_a_read_the_model_has_before_the_landing_agrees_only_if_the_hardware_read_before_it():
+    from sim.hardware.compare import replay_steps
+
+    rows = _verdict_step(1, 30, 1, 1, False, pos=-1) + _verdict_step(2, 30, 1, 1, False, pos=0)
+    for r in rows:  # the model: read before the landing; its value is not compared
+        r["sim_landed"] = False
+    steps = replay_steps(pd.DataFrame(rows)).set_index("step")
+    assert steps.loc[1, "same_verdict"] and not steps.loc[2, "same_verdict"]
 
 
 def test_cpu_replay_records_the_step_timing(tmp_path: Path) -> None:
@@ -174,3 +218,14 @@ def test_cpu_replay_records_the_step_timing(tmp_path: Path) -> None:
                 ReplayConfig(sc.timing))  # fmt: skip
     assert (df["land_seen_ns"] >= 0).all() and (df["land_bracket_ns"] >= 0).all()
     assert (df["op_err_max_ns"] >= df["op_err_p50_ns"]).all()
+
+
+def test_the_aimed_position_and_margin_count_the_read_only_where_the_policy_does_not_wait():
+    from gpu_check.replay import _aimed_position
+
+    ops = np.array([10_000, 20_000], dtype=np.int64)
+    assert _aimed_position(ops, 50_000, 15_000, False) == (1, 5_000)
+    assert _aimed_position(ops, 50_000, 60_000, False) == (-1, 10_000)  # after the read
+    assert _aimed_position(ops, 50_000, 60_000, True) == (2, 40_000)  # the read waits for it
+    assert _aimed_position(ops, 50_000, 10_000, True) == (0, 0)  # a tie: the landing first, as in the model
+    assert _aimed_position(np.zeros(0, dtype=np.int64), 0, 7_000, True) == (0, -1)  # no event
