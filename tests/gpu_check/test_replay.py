@@ -227,5 +227,5 @@ def test_the_aimed_position_and_margin_count_the_read_only_where_the_policy_does
     assert _aimed_position(ops, 50_000, 15_000, False) == (1, 5_000)
     assert _aimed_position(ops, 50_000, 60_000, False) == (-1, 10_000)  # after the read
     assert _aimed_position(ops, 50_000, 60_000, True) == (2, 40_000)  # the read waits for it
-    assert _aimed_position(ops, 50_000, 10_000, True) == (0, 0)  # a tie: the landing first, as in the model
+    assert _aimed_position(ops, 50_000, 10_000, True) == (0, 0)  # tie: landing first
     assert _aimed_position(np.zeros(0, dtype=np.int64), 0, 7_000, True) == (0, -1)  # no event
