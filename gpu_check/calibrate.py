@@ -3,9 +3,14 @@ takes from hardware, and write them as a ``[timing]`` file for ``python -m sim r
 
 Measured (docs/timing.md §3 methods, on the default stream as vLLM's count copy is):
 
-- ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a ~2 ms kernel becomes
-  visible in pinned memory this long after the kernel ends: (visible - issue start) - kernel
-  duration (CUDA events). An upper bound: it includes launch latency and polling.
+- ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a kernel becomes visible
+  in pinned memory this long after the kernel ends. The kernel waits for the GPU clock
+  (``%globaltimer``) to reach an instant the host chose (gpu_check/device_clock.py), so its end
+  is known on the host clock; the delay is the host's first sighting minus that instant. The
+  stamp offset it rests on leaves out a zero-copy write's visibility (well under a µs), so this
+  reads low by at most that. Recorded beside it, not used: ``dma_land_delay_upper_ns``, the
+  earlier method's (visible - issue start) - kernel duration by CUDA events, an upper bound
+  (launch latency and polling included) that put the landing 10 µs late on the H200.
 - ``worker_event_sync_ns``: ``event.synchronize()`` on an already completed event.
 - ``worker_copy_to_gpu_ns``: issuing a small H2D copy (256 int32, ``non_blocking``).
 """
@@ -13,6 +18,7 @@ Measured (docs/timing.md §3 methods, on the default stream as vLLM's count copy
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +26,11 @@ import torch
 
 from gpu_check.environment import environment
 from gpu_check.store import write_csv
+from sim.model.params import TimingParams
 from sim.runs.io import atomic_write_text
 
 N = 256
+TIMING_KEYS = {f.name for f in fields(TimingParams)}
 
 
 def spin_ns_per_cycle() -> float:
@@ -70,7 +78,31 @@ def measure(reps: int = 200) -> dict[str, list[int]]:
         src[:N].copy_(host, non_blocking=True)
         samples["worker_copy_to_gpu_ns"].append(time.perf_counter_ns() - t2)
     torch.cuda.synchronize()
+    samples["dma_land_delay_upper_ns"] = samples.pop("dma_land_delay_ns")
+    samples["dma_land_delay_ns"] = clock_landing_delays(pinned, src, reps)
     return samples
+
+
+def clock_landing_delays(pinned: torch.Tensor, src: torch.Tensor, reps: int) -> list[int]:
+    """Kernel end (the GPU clock reaching a host-chosen instant) -> the copy behind it seen."""
+    from gpu_check.device_clock import DeviceClock
+
+    clock = DeviceClock()
+    view, out = pinned.numpy(), []
+    for i in range(reps):
+        tag = 10_000 + i
+        src.fill_(tag)
+        torch.cuda.synchronize()
+        view[0] = 0
+        clock.track()
+        aim = time.perf_counter_ns() + 300_000
+        clock.wait_until(aim)
+        pinned.copy_(src, non_blocking=True)
+        while view[0] != tag:
+            pass
+        out.append(time.perf_counter_ns() - aim)
+    torch.cuda.synchronize()
+    return out
 
 
 def calibrate(out_dir: Path, name: str) -> str:
@@ -80,14 +112,16 @@ def calibrate(out_dir: Path, name: str) -> str:
     write_csv(rows, out_dir / f"{name}.csv")
     med = {q: int(np.median(xs)) for q, xs in samples.items()}
     p90 = {q: int(np.percentile(xs, 90)) for q, xs in samples.items()}
+    timing = {q: v for q, v in med.items() if q in TIMING_KEYS}
     lines = [
         f"# Measured by `python -m gpu_check calibrate` on {env['device']}, driver "
         f"{env['driver']}, torch {env['torch']}, triton {env['triton']},",
-        f"# {env['date_utc']}, commit {env['git_commit']}. Medians of {len(rows) // 3} "
+        f"# {env['date_utc']}, commit {env['git_commit']}. Medians of {len(rows) // len(med)} "
         f"repetitions; raw samples in {name}.csv.",
         "# p90: " + ", ".join(f"{q} {v}" for q, v in p90.items()),
+        *(f"# not a parameter: {q} median {v}" for q, v in med.items() if q not in timing),
         "[timing]",
-        *(f"{q} = {v}" for q, v in med.items()),
+        *(f"{q} = {v}" for q, v in timing.items()),
     ]
     text = "\n".join(lines) + "\n"
     atomic_write_text(out_dir / f"{name}.toml", text)

@@ -253,6 +253,10 @@ def prior_buffer(schedule: Schedule, n: int) -> np.ndarray:
     return buf
 
 
+QUERY_EVERY_NS = 20_000  # a waiting policy asks the event this often, polling the tag between
+SIGHT_AFTER_READ_NS = 100_000  # a landing after the read is watched for this much past its aim
+
+
 class LandingClock:
     """When the host first saw the landing tag, and how sharp that sighting is.
 
@@ -278,6 +282,23 @@ class LandingClock:
         while time.perf_counter_ns() < t_ns:
             if self.seen_ns < 0:
                 self.poll(op_index)
+
+    def watch_until(self, t_ns: int, op_index: int) -> None:
+        """Poll until the landing is sighted or ``t_ns`` passes."""
+        while self.seen_ns < 0 and time.perf_counter_ns() < t_ns:
+            self.poll(op_index)
+
+    def wait_landed(self, op_index: int) -> None:
+        """A policy's wait for the copy's event, sighting the tag between the event queries: a
+        query costs microseconds, so the tag is polled in between (a sighting bracketed by a
+        query is as blunt as the query)."""
+        next_query = 0
+        while not self.poll(op_index):
+            now = time.perf_counter_ns()
+            if now >= next_query:
+                if self.device.query():
+                    return
+                next_query = now + QUERY_EVERY_NS
 
 
 def _read(policy: Policy, buf: np.ndarray, private: np.ndarray, cur: StepRecord) -> np.ndarray:
@@ -370,14 +391,15 @@ def replay(
                 land, during = i, True
         clock.wait_until(t0 + read_ns, len(cur.ops))
         if policy.waits_before_read:
-            while not device.query():  # sight the landing while waiting for the event
-                clock.poll(len(cur.ops))
+            clock.wait_landed(len(cur.ops))
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
         observed = _read(policy, device.buf, device.private, cur)
         if land < 0 and clock.poll(len(cur.ops)):
             land, during = len(cur.ops), True
+        if clock.seen_ns < 0:  # landing after the read: still time it (the verdict is taken)
+            clock.watch_until(t0 + max(target, read_ns) + SIGHT_AFTER_READ_NS, len(cur.ops))
         aimed = not policy.waits_before_moves
         pos, margin = _aimed_position(offsets, read_ns, target, policy.waits_before_read)
         timing = {
