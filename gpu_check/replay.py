@@ -191,7 +191,8 @@ OBSERVED_COLUMNS = [
     "land_pos", "land_during_op", "n_ops",
     # The step's timing, on the host clock after the launch returned (t0): the landing the
     # spin aimed at, the first sighting of the tag and the gap to the poll before it, and how
-    # far the row ops' stores were from their scheduled times.
+    # far the row ops' stores (and the read, where the policy does not wait) were from their
+    # scheduled times.
     "land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns", "op_err_p50_ns",
     # Where the aim put the landing among the step's events (ops stored before it; n_ops after
     # the last; -1 after the read) and how far it was from the nearest event whose order against
@@ -206,6 +207,7 @@ class ReplayConfig:
     timing: TimingParams
     seed: int = 0
     slack_ns: int = 40_000  # landing offsets drawn over the op window plus this on each side
+    late_cap_ns: int = 250_000  # a model landing later than this after the read is aimed here
     launch_ns: int = 5_000  # launch return -> landing with no spin (calibrated on the GPU)
     # Measured on the device: requested spin (ns) -> landing seen after the launch returned
     # (ns), increasing; the spin for a target landing is read off it by interpolation.
@@ -360,7 +362,9 @@ def replay(
         else:
             offsets, target = timeline[n].ops_end_ns, timeline[n].land_ns
             read_ns = timeline[n].read_ns
-            target = min(target, read_ns + cfg.slack_ns)  # later changes nothing: cap the spin
+            # A landing long after the read changes nothing: cap the wait, far enough past the
+            # read that the replay's own errors cannot bring it before
+            target = min(target, read_ns + cfg.late_cap_ns)
         spin_ns = cfg.spin_for(target)
         private = policy.dma_into_private
         device.reset(prior, n)
@@ -395,6 +399,9 @@ def replay(
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
+        if not policy.waits_before_read:  # the read is placed too: count its error as an op's
+            read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)
+            op_err = np.append(op_err, time.perf_counter_ns() - t0 - read_at)
         observed = _read(policy, device.buf, device.private, cur)
         if land < 0 and clock.poll(len(cur.ops)):
             land, during = len(cur.ops), True

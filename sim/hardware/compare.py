@@ -192,12 +192,18 @@ def landing_timing(observed: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
 ATTRIBUTION = ("landing", "op placement", "both", "neither")
 
 
-def attribute(land_err_ns: float, op_err_ns: float, margin_ns: float) -> str:
-    """Which of the replay's errors could have flipped a step: an error at least the model's
-    margin moves the landing (or an op) past the event the verdict depends on."""
-    land = not np.isfinite(land_err_ns) or abs(land_err_ns) >= margin_ns
-    op = op_err_ns >= margin_ns
-    return ATTRIBUTION[0 if land and not op else 1 if op and not land else 2 if land else 3]
+def attribute(land_err_ns: float, bracket_ns: float, op_err_ns: float, margin_ns: float) -> str:
+    """Which of the replay's errors could have flipped a step. The landing may have moved by
+    its error plus the sighting's bracket (it came at most that much before it was seen), an op
+    (or the read) by its placement error; a flip needs the event and the landing to cross, so
+    the margin must be covered by one of them alone ("landing", "op placement") or only by the
+    two together ("both"); "neither": not even together."""
+    land = abs(land_err_ns) + max(bracket_ns, 0) if np.isfinite(land_err_ns) else np.inf
+    if land >= margin_ns and op_err_ns < margin_ns:
+        return "landing"
+    if op_err_ns >= margin_ns and land < margin_ns:
+        return "op placement"
+    return "both" if land + op_err_ns >= margin_ns else "neither"
 
 
 def close_calls(observed: pd.DataFrame) -> pd.DataFrame:
@@ -222,8 +228,9 @@ def close_calls(observed: pd.DataFrame) -> pd.DataFrame:
                     f"{label}_rate": round(k / n, 4) if n else float("nan"),
                     f"{label}_ci95": f"[{float(lo):.3f}, {float(hi):.3f}]"}  # fmt: skip
         miss = g[(g["margin_ns"] <= CLOSE_CALL_US * 1000) & ~g["same_verdict"]]
-        errors = zip(miss["land_err_ns"], miss["op_err_ns"], miss["margin_ns"], strict=True)
-        why = [attribute(e, o, m) for e, o, m in errors]
+        errors = zip(miss["land_err_ns"], miss["bracket_ns"], miss["op_err_ns"],
+                     miss["margin_ns"], strict=True)  # fmt: skip
+        why = [attribute(*e) for e in errors]
         row |= {f"miss_{a.replace(' ', '_')}": why.count(a) for a in ATTRIBUTION}
         rows.append(row)
     return pd.DataFrame(rows)

@@ -190,14 +190,15 @@ def test_close_calls_count_verdicts_by_margin_and_attribute_each_miss() -> None:
         + _verdict_step(5, 10, -12, 11, False)  # both
         + _verdict_step(6, 50, 2, 1, False)  # close and wide miss, neither error explains it
         + _verdict_step(7, 5, 0, 0, False, seen=False)  # never sighted: the landing
+        + _verdict_step(8, 10, 6, 5, False)  # neither alone (6.4, 5 < 10), together: both
     )
     t = close_calls(pd.DataFrame(rows)).set_index("policy")
     assert list(t.index) == ["align", "all"]
     a = t.loc["align"]
-    assert (a.close_steps, a.close_same) == (6, 1)
+    assert (a.close_steps, a.close_same) == (7, 1)
     assert (a.wide_steps, a.wide_same) == (3, 2)
-    assert (a.miss_landing, a.miss_op_placement, a.miss_both, a.miss_neither) == (2, 1, 1, 1)
-    assert a.close_ci95 == "[0.030, 0.564]"  # Wilson 95 % of 1 in 6
+    assert (a.miss_landing, a.miss_op_placement, a.miss_both, a.miss_neither) == (2, 1, 2, 1)
+    assert a.close_ci95 == "[0.026, 0.513]"  # Wilson 95 % of 1 in 7
 
 
 def test_a_read_the_model_has_before_the_landing_agrees_only_if_the_hardware_read_before_it():
