@@ -191,9 +191,10 @@ OBSERVED_COLUMNS = [
     "land_pos", "land_during_op", "n_ops",
     # The step's timing, on the host clock after the launch returned (t0): the landing the
     # spin aimed at, the first sighting of the tag and the gap to the poll before it, and how
-    # far the row ops' stores (and the read, where the policy does not wait) were from their
-    # scheduled times.
+    # far the row ops' stores were from their scheduled times (worst, median, every op in
+    # order) and the read, where the policy does not wait for the copy (-1 where it does).
     "land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns", "op_err_p50_ns",
+    "op_errs_ns", "read_err_ns",
     # Where the aim put the landing among the step's events (ops stored before it; n_ops after
     # the last; -1 after the read) and how far it was from the nearest event whose order against
     # it decides a read (an op's store, the read where the policy does not wait): a landing
@@ -399,9 +400,10 @@ def replay(
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
-        if not policy.waits_before_read:  # the read is placed too: count its error as an op's
+        read_err = -1
+        if not policy.waits_before_read:  # the read is placed too (a waiting one follows the copy)
             read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)
-            op_err = np.append(op_err, time.perf_counter_ns() - t0 - read_at)
+            read_err = abs(time.perf_counter_ns() - t0 - read_at)
         observed = _read(policy, device.buf, device.private, cur)
         if land < 0 and clock.poll(len(cur.ops)):
             land, during = len(cur.ops), True
@@ -417,6 +419,8 @@ def replay(
             "land_bracket_ns": clock.bracket_ns,
             "op_err_max_ns": int(np.abs(op_err).max()) if len(op_err) else 0,
             "op_err_p50_ns": int(np.median(np.abs(op_err))) if len(op_err) else 0,
+            "op_errs_ns": np.abs(op_err).tolist(),
+            "read_err_ns": int(read_err),
         }
         for v in _verdicts(schedule, n, policy, prior, land, observed, during):
             rows.append(v | timing)

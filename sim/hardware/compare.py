@@ -147,7 +147,14 @@ def replay_steps(observed: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=first.index)
     seen = first["land_seen_ns"]
     out["land_err_ns"] = np.where(seen >= 0, seen - first["land_predicted_ns"], np.nan)
-    out["op_err_ns"] = first["op_err_max_ns"]
+    # The step's worst placed event: its row ops and, where recorded, the read.
+    read = first["read_err_ns"].clip(lower=0) if "read_err_ns" in first.columns else 0
+    out["op_err_ns"] = np.maximum(first["op_err_max_ns"], read)
+    out["row_op_err_max_ns"] = first["op_err_max_ns"]
+    out["n_ops"] = first["n_ops"]
+    out["read_err_ns"] = first["read_err_ns"] if "read_err_ns" in first.columns else -1
+    if "op_errs_ns" in first.columns:
+        out["op_errs_ns"] = first["op_errs_ns"]
     out["bracket_ns"] = first["land_bracket_ns"]
     out["reads_buffer"] = first["reads_buffer"].astype(bool)
     if all(c in df.columns for c in VERDICT_COLUMNS):
@@ -173,20 +180,30 @@ def landing_timing(observed: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
     if steps.empty or (by != "policy" and by not in steps.columns):
         return pd.DataFrame()
     aimed = steps[steps["land_err_ns"].notna()]
-    g = aimed.assign(
-        err_us=aimed["land_err_ns"].abs() / 1000, op_us=aimed["op_err_ns"] / 1000,
-        bracket_us=aimed["bracket_ns"] / 1000,
-    ).groupby(by, sort=True)  # fmt: skip
-    out = pd.DataFrame({
-        "steps": g.size(),
-        "land_err_median_us": g["err_us"].median(),
-        "land_err_p95_us": g["err_us"].quantile(0.95),
-        "land_err_max_us": g["err_us"].max(),
-        "bracket_p95_us": g["bracket_us"].quantile(0.95),
-        "op_err_p95_us": g["op_us"].quantile(0.95),
-        "op_err_max_us": g["op_us"].max(),
-    })  # fmt: skip
+    groups = [*aimed.groupby(by, sort=True), ("all", aimed)]
+    out = pd.DataFrame([{by: name, **_timing_row(g)} for name, g in groups]).set_index(by)
     return out.round(2).reset_index()
+
+
+def _timing_row(g: pd.DataFrame) -> dict:
+    """One group of steps: |landing error| and its bracket over steps; the op-placement error
+    over every row op (each op's own error where recorded; else each step's worst op, an upper
+    bound); the read's placement over steps whose read is placed (policies that do not wait)."""
+    err, bracket = g["land_err_ns"].abs() / 1000, g["bracket_ns"] / 1000
+    if "op_errs_ns" in g.columns:
+        ops = pd.Series(np.concatenate([np.asarray(x, dtype=float) for x in g["op_errs_ns"]]
+                                       + [np.zeros(0)])) / 1000  # fmt: skip
+    else:
+        ops = g.loc[g["n_ops"] > 0, "row_op_err_max_ns"] / 1000
+    reads = g.loc[g["read_err_ns"] >= 0, "read_err_ns"] / 1000
+
+    def q(x: pd.Series, f: float) -> float:
+        return float(x.quantile(f)) if len(x) else float("nan")
+
+    return {"steps": len(g), "land_err_median_us": q(err, 0.5), "land_err_p95_us": q(err, 0.95),
+            "land_err_max_us": q(err, 1.0), "bracket_p95_us": q(bracket, 0.95),
+            "row_ops": len(ops), "op_err_p95_us": q(ops, 0.95), "op_err_max_us": q(ops, 1.0),
+            "read_err_p95_us": q(reads, 0.95)}  # fmt: skip
 
 
 ATTRIBUTION = ("landing", "op placement", "both", "neither")
