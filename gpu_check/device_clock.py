@@ -12,9 +12,10 @@ the device clock by an offset measured on this machine:
   so each round bounds the offset from both sides; the offset is the tightest lower bound
   (stamp - sighting: only the write's visibility, a near-constant microsecond, lies between),
   its uncertainty the width of what all rounds leave open;
-- the two clocks drift apart by a few µs per second (H200: 3 ppm, data/replay/heldout), more
-  than the aim's budget over one replay, so :meth:`DeviceClock.track` stamps a couple of rounds
-  before every step and follows the drift with the median of the last steps' bounds;
+- the two clocks drift apart by a few µs per second (H200: about 3 ppm, a 4-6 µs slide over
+  one policy's 400-step replay before this tracking), more than the aim's budget, so
+  :meth:`DeviceClock.track` stamps a couple of rounds before every step and follows the drift
+  with the median of the last steps' bounds;
 - :class:`DeviceClock` holds the kernels (Triton, inline PTX) and the offset; ``wait_until``
   enqueues the wait for a host instant. What lies between the wait's end and the bytes landing
   (the copy's launch and transfer, and the visibility above) is a constant the replay measures

@@ -36,6 +36,28 @@ def test_committed_data_tables_match(argv: tuple[str, ...]) -> None:
     assert command_output(*argv).strip() in README, f"README is stale: rerun {' '.join(argv)}"
 
 
+def test_landing_heldout_tables_match() -> None:
+    """The held-out landing figures (#15): the README's tables and its summary line per aim."""
+    import glob
+
+    def compare(aim: str) -> str:
+        files = sorted(glob.glob(str(ROOT / f"data/replay/heldout/observed_{aim}_*.parquet")))
+        assert len(files) == 8, aim
+        return command_output("sim", "compare", *files)
+
+    clock = compare("device-clock")
+    part = clock[clock.index("landing and op-placement error (µs), by where") :].strip()
+    assert part in README, "README is stale: rerun sim compare on data/replay/heldout"
+    flat = " ".join(README.split())
+    for aim, out in (("device-clock", clock), ("spin", compare("spin"))):
+        verdict = out.strip().splitlines()[-1].split()  # the "all" row of the verdicts
+        close, close_same, wide, wide_same = (
+            int(verdict[i]) for i in (1, 2, 6, 7)
+        )  # the interval is two tokens
+        assert f"{close_same} / {close} = {100 * close_same / close:.1f} %" in flat, aim
+        assert f"{wide_same:,} / {wide:,}" in flat, aim
+
+
 def test_demo_table_matches_make_demo() -> None:
     sc = load_scenario("qwen35-mtp3")
     sched = build_schedule(sc, 0, 2000)  # what `make demo` runs

@@ -253,9 +253,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sim.hardware.compare import agreement, by_landing, read_observed
+    from sim.hardware.compare import agreement, by_landing, pool_runs, read_observed
 
-    observed = read_observed(Path(args.dir))
+    observed = pool_runs([read_observed(Path(d)) for d in args.dir])
     print(agreement(observed).to_string(index=False))
     if "sim_gpu_wrong" in observed.columns:
         from sim.hardware.compare import prediction_agreement
@@ -420,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "schedule.parquet and reads.parquet in row groups, no trace")  # fmt: skip
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
-    c.add_argument("dir", help="a replay directory or an observed*.parquet file")
+    c.add_argument("dir", nargs="+",
+                   help="a replay directory or an observed*.parquet file; several are pooled "
+                        "(steps kept apart by run)")  # fmt: skip
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
     c.add_argument("--step", type=int, default=4, help="with --req-id: the step")
     c.set_defaults(func=cmd_compare)

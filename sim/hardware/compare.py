@@ -28,6 +28,14 @@ def read_observed(path: Path) -> pd.DataFrame:
     return read_table(path, "observed.parquet")
 
 
+def pool_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Several replay tables as one: a ``run`` column (0, 1, ... in the order given) keeps
+    their steps apart. One table is returned as it is."""
+    if len(tables) == 1:
+        return tables[0]
+    return pd.concat([t.assign(run=i) for i, t in enumerate(tables)], ignore_index=True)
+
+
 def agreement(observed: pd.DataFrame) -> pd.DataFrame:
     """Per policy: reads, agreement of real memory with the model, wrong reads both ways.
 
@@ -142,7 +150,7 @@ def replay_steps(observed: pd.DataFrame) -> pd.DataFrame:
     if not all(c in observed.columns for c in TIMING_COLUMNS):
         return pd.DataFrame()
     df = observed[(observed["land_predicted_ns"] >= 0) & ~observed["land_during_op"]]
-    keys = ["policy", "step"]
+    keys = ["run", "policy", "step"] if "run" in df.columns else ["policy", "step"]
     first = df.groupby(keys, sort=True).first()
     out = pd.DataFrame(index=first.index)
     seen = first["land_seen_ns"]
