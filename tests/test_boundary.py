@@ -231,7 +231,8 @@ def _umask() -> int:
 @pytest.mark.parametrize("prog", ["sim", "gpu_check"])
 def test_output_into_a_closed_pipe(tmp_path: Path, prog: str) -> None:
     """``... | head -1``: the reader leaves early (here: before the first line, so every write
-    meets the closed pipe); exit 141 as a shell pipeline expects, no BrokenPipeError."""
+    meets the closed pipe); exit 141 as a shell pipeline expects, no BrokenPipeError, and the
+    run's --out written in full all the same."""
     argv = (["run", "--scenario", "minimal-race"] if prog == "sim"
             else ["replay", "--device", "cpu", "--steps", "6"])  # fmt: skip
     cmd = " ".join([sys.executable, "-m", prog, *argv, "--out", str(tmp_path / "o")])
@@ -239,6 +240,8 @@ def test_output_into_a_closed_pipe(tmp_path: Path, prog: str) -> None:
                        executable="/bin/bash", capture_output=True, text=True,
                        timeout=300)  # fmt: skip
     assert r.returncode == 141 and r.stderr == "", r.stderr
+    done = "align/reads.parquet" if prog == "sim" else "observed.parquet"
+    assert (tmp_path / "o" / done).is_file()
 
 
 def test_ctrl_c_in_gpu_check_replay(tmp_path: Path, monkeypatch) -> None:

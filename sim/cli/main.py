@@ -6,6 +6,7 @@ Every :class:`SpecraceError` becomes one ``error: ...`` line on stderr and exit 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from pathlib import Path
@@ -448,11 +449,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _ReaderMayLeave(io.TextIOWrapper):
+    """stdout that outlives its reader: ``python -m sim run ... | head -1`` closes the pipe after
+    one line, and the run goes on to write its --out in full, printing into /dev/null; the exit
+    status is then 141, as a shell pipeline expects (gpu_check, which prints once at the end,
+    does the same)."""
+
+    reader_left = False
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        _ReaderMayLeave.reader_left = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self.fileno())
+        os.close(devnull)
+
+
+def _stdout_that_outlives_its_reader() -> None:
+    if sys.stdout is sys.__stdout__ and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.flush()
+        fd = os.dup(sys.stdout.fileno())
+        sys.stdout = _ReaderMayLeave(
+            io.FileIO(fd, "w"), encoding=sys.stdout.encoding, line_buffering=True
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _stdout_that_outlives_its_reader()
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return 141 if code == 0 and _ReaderMayLeave.reader_left else code
     except SpecraceError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

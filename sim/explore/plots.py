@@ -65,7 +65,7 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     swarm = "set.swarm" in sweep.columns  # every point its own timing set: never a line
     rates = point_rates(sweep) if swarm else hazard_rates(sweep, x)
     label, scale = param_axis(x, rates[x])
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    fig = Figure(figsize=(12, 5.8), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True, sharey=True)
     policies = policy_order(rates["policy"].unique())
     xs = rates[x].to_numpy(dtype=float) * scale
@@ -115,7 +115,8 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     axes[0].set_ylabel(f"wrong reads per {PER:,} reads (95 % CI)")
     handles.append(Line2D([], [], color="grey", marker="v", markerfacecolor="none",
                           linestyle="none", label="none seen: 95 % upper bound"))  # fmt: skip
-    axes[1].legend(handles=handles, fontsize=8, loc="best")
+    # Below the panels: inside, nine policies' entries covered the right panel's count labels.
+    fig.legend(handles=handles, fontsize=8, loc="outside lower center", ncol=4, frameon=False)
     kind = "swarm: one point per timing set" if swarm else f"~{reads:,} reads per point"
     fig.suptitle(
         f"{title or 'Wrong accepted counts'} vs {label}\n{sweep_title(sweep)}; {kind}",
