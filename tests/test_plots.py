@@ -76,7 +76,7 @@ def test_hazard_plot_has_title_counts_intervals_and_visible_duplicates() -> None
     assert "qwen35-mtp3" in title and "500 steps x 2 seeds" in title
     ax_cpu, ax_gpu = fig.axes[:2]
     assert ax_gpu.get_xlabel() == "GPU forward time (ms)" and ax_gpu.get_yscale() == "log"
-    legend = [t.get_text() for t in ax_gpu.get_legend().get_texts()]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]  # below the panels
     assert "unsynced: 36 consumed wrong" in legend  # (3 + 6 + 9) x 2 seeds
     assert "device-authoritative: 0 consumed wrong" in legend
     # The two zero series are drawn at distinct x (dodged), at their 95 % upper bound.

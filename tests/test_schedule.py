@@ -146,3 +146,52 @@ def test_the_workload_is_the_same_drawn_in_blocks(monkeypatch: pytest.MonkeyPatc
         got = workload_mod.draw_workload(sc, 5, 300)
         assert [r.req_id for r in got] == [r.req_id for r in ref]
         assert all(np.array_equal(a.accepted, b.accepted) for a, b in zip(got, ref, strict=True))
+
+
+def test_align_cut_follows_vllms_block_aligned_split() -> None:
+    """vLLM v0.24.0's ``_mamba_block_aligned_split`` with block 80 and MTP (EAGLE-type): the
+    recorded vLLM run (data/vllm/v0.24.0/align_s16_d0ms) scheduled 160 of a 300-token prompt
+    and 560 of 701 in its first step; a chunk short of the last cache position is a multiple
+    of the block; a chunk past it is left alone; without MTP the last position is not pulled
+    back."""
+    from sim.model.scheduling import _aligned_chunk
+
+    assert _aligned_chunk(0, 300, 300, 80, True) == 160  # last cache position 240 - 80
+    assert _aligned_chunk(160, 140, 300, 80, True) == 140  # the rest
+    assert _aligned_chunk(0, 701, 701, 80, True) == 560
+    assert _aligned_chunk(0, 100, 701, 80, True) == 80  # budget-cut: down to a multiple
+    assert _aligned_chunk(0, 79, 701, 80, True) == 0  # less than a block: nothing this step
+    assert _aligned_chunk(0, 300, 300, 80, False) == 240
+    assert _aligned_chunk(0, 40, 40, 80, True) == 40  # shorter than a block: not cached
+
+
+def _align_scenario(qwen35: Scenario, block: int, budget: int = 2048) -> Scenario:
+    from sim.model.params import ScriptedRequest
+
+    reqs = tuple(ScriptedRequest(f"r{i}", 0, p, 6) for i, p in enumerate((300, 701, 40, 8)))
+    return replace(
+        qwen35,
+        engine=replace(qwen35.engine, mamba_cache_mode="align", mamba_block_size=block,
+                       max_num_batched_tokens=budget, max_num_seqs=16),
+        workload=replace(qwen35.workload, arrival="scripted", initial_requests=0,
+                         max_requests=len(reqs), requests=reqs),
+    )  # fmt: skip
+
+
+def test_align_mode_schedules_the_first_chunks_vllm_did(qwen35: Scenario) -> None:
+    s = build_schedule(_align_scenario(qwen35, 80), 0, 12)
+    first = dict(zip(s.steps[0].req_ids, s.steps[0].num_scheduled.tolist(), strict=True))
+    assert first == {"r0": 160, "r1": 560, "r2": 40, "r3": 8}
+    second = dict(zip(s.steps[1].req_ids, s.steps[1].num_scheduled.tolist(), strict=True))
+    assert second["r0"] == 140 and second["r1"] == 141  # the rest of each prompt
+    assert all(s.steps[0].discard[i] for i, r in enumerate(s.steps[0].req_ids) if r in "r0r1")
+    # block 0: no cut, whole prompts at once (as under none)
+    whole = build_schedule(_align_scenario(qwen35, 0), 0, 12)
+    assert sorted(whole.steps[0].num_scheduled.tolist()) == [8, 40, 300, 701]
+
+
+def test_align_cut_to_nothing_stops_admission(qwen35: Scenario) -> None:
+    """A budget of 100 after r0's 80-token chunk leaves r1 a cut of 0: vLLM's waiting loop
+    breaks there, so r2 and r3 wait too even though they would fit."""
+    s = build_schedule(_align_scenario(qwen35, 80, budget=100), 0, 4)
+    assert s.steps[0].req_ids == ["r0"] and s.steps[0].num_scheduled.tolist() == [80]

@@ -124,12 +124,14 @@ def step_record(n: int, s: dict[str, Any], prev: dict[str, Any] | None) -> StepR
     )
 
 
-def scenario_of(raw: dict[str, Any], num_steps: int) -> Scenario:
+def scenario_of(raw: dict[str, Any], num_steps: int, block_size: int = 0) -> Scenario:
     """A sim :class:`Scenario` describing the measured run as closely as sim's parameters can.
 
-    ``engine`` is exact. ``workload`` describes the requests (lengths as a uniform range over
-    the measured ones; every draft accepted, as the zeroed weights make it). ``timing`` keeps
-    sim's defaults: it is not what the GPU did (the measured times are in steps_vllm.parquet).
+    ``engine`` is exact (``block_size``: align mode's cache block as the run recorded it in
+    summary.json; 0 where none is recorded). ``workload`` describes the requests (lengths as a
+    uniform range over the measured ones; every draft accepted, as the zeroed weights make it).
+    ``timing`` keeps sim's defaults: it is not what the GPU did (the measured times are in
+    steps_vllm.parquet).
     """
     cfg = raw["config"]
     engine = EngineParams(
@@ -138,6 +140,7 @@ def scenario_of(raw: dict[str, Any], num_steps: int) -> Scenario:
         num_speculative_tokens=int(raw["num_speculative_tokens"]),
         async_scheduling=True,
         mamba_cache_mode=raw["mode"],
+        mamba_block_size=block_size if raw["mode"] == "align" else 0,
     )
     prompts = [int(r["prompt_len"]) for r in raw["requests"]]
     outputs = [int(r["output_len"]) for r in raw["requests"]]
@@ -169,11 +172,20 @@ def scenario_of(raw: dict[str, Any], num_steps: int) -> Scenario:
     )
 
 
-def build_schedule(raw: dict[str, Any]) -> Schedule:
+def _recorded_block_size(run_summary: dict[str, Any] | None, mode: str) -> int:
+    """``cache_config.block_size`` of the mode's LLM() as the run's summary.json has it."""
+    try:
+        block = (run_summary or {})["modes"][mode]["resolved"]["block_size"]
+    except (KeyError, TypeError):
+        return 0
+    return block if isinstance(block, int) and block > 0 else 0
+
+
+def build_schedule(raw: dict[str, Any], block_size: int = 0) -> Schedule:
     steps = prepared_steps(raw)
     records = [step_record(n, s, steps[n - 1] if n else None) for n, s in enumerate(steps)]
     requests = [r | {"prefix_hit_tokens": 0} for r in raw["requests"]]
-    scenario = scenario_of(raw, len(records)).to_dict()
+    scenario = scenario_of(raw, len(records), block_size).to_dict()
     seed = int(raw["config"]["seed"])
     return Schedule(scenario=scenario, seed=seed, requests=requests, steps=records)
 
@@ -332,13 +344,14 @@ def _parquet(df: pd.DataFrame, path: Path) -> None:
 def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     """Write the four files under ``out``; return the summary (also ``export.json``)."""
     raw = load_raw(raw_path)
+    near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]
+    found = next((q for q in near if q.is_file()), None)
+    run_summary = json.loads(found.read_text()) if found else None
     if raw.get("runner") == "v2":  # MRv2: gpu_check.vllm.export_v2 (reads and verdicts only)
         from gpu_check.vllm.export_v2 import export_run_v2
 
-        near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]
-        found = next((q for q in near if q.is_file()), None)
-        return export_run_v2(raw, out, json.loads(found.read_text()) if found else None)
-    schedule = build_schedule(raw)
+        return export_run_v2(raw, out, run_summary)
+    schedule = build_schedule(raw, _recorded_block_size(run_summary, raw["mode"]))
     table = step_table(raw)
     reads = build_reads(raw, schedule, table)
     out.mkdir(parents=True, exist_ok=True)

@@ -418,6 +418,7 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
         engine=EngineParams(
             max_num_seqs=c.max_num_seqs, max_num_batched_tokens=2048, num_speculative_tokens=k,
             async_scheduling=True, mamba_cache_mode=_mode(c.mode),
+            mamba_block_size=align_block_size(c) if c.mode == "align" else 0,
         ),
         workload=WorkloadParams(
             arrival="scripted", initial_requests=0, max_requests=len(scripted),
@@ -426,6 +427,20 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
         timing=TimingParams(),
     )  # fmt: skip
     return with_overrides(base, {f"timing.{k_}": json.dumps(v) for k_, v in timing.items()})
+
+
+def align_block_size(c: Measured) -> int:
+    """The block align mode cut prefills at in this run: vLLM's ``cache_config.block_size`` as
+    the run recorded it (``summary.json``: modes.align.resolved.block_size; 80 on every
+    committed run)."""
+    path = c.folder.parent / "summary.json"
+    try:
+        block = json.loads(path.read_text())["modes"]["align"]["resolved"]["block_size"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SpecraceError(f"{path}: no align block_size recorded ({e})") from None
+    if not isinstance(block, int) or block <= 0:
+        raise SpecraceError(f"{path}: align block_size {block!r} is not a positive integer")
+    return block
 
 
 def _mode(mode: str) -> Literal["none", "all", "align"]:

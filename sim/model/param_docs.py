@@ -37,6 +37,9 @@ DOCS: dict[str, ParamDoc] = {
     "engine.kv_cache_capacity_tokens": _P("tokens", "KV capacity; outgrowing it preempts the "
                                           "newest running request; 0 = unlimited",
                                           "v1/core/sched/scheduler.py (FCFS preemption)"),
+    "engine.mamba_block_size": _P("tokens", "align mode: prefill chunks cut at multiples of "
+                                  "this (the GDN state cache block); 0 = no cut",
+                                  "v1/core/sched/scheduler.py L330-391 (v0.24.0)"),
     # -- workload ------------------------------------------------------------------------
     "workload.arrival": _P("poisson|scripted", "how requests arrive", "prior"),
     "workload.initial_requests": _P("requests", "requests waiting at step 0", "prior"),

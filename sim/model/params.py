@@ -44,6 +44,11 @@ class EngineParams:
     # KV capacity in tokens; when the running set outgrows it the scheduler preempts the
     # most recently admitted running request (vLLM's FCFS policy). 0 means unlimited.
     kv_cache_capacity_tokens: int = 0
+    # mamba_cache_mode "align" caches the GDN state at multiples of this many tokens, so the
+    # scheduler cuts prefill chunks there (vLLM's `_mamba_block_aligned_split`, v0.24.0
+    # v1/core/sched/scheduler.py L330-391; the block is cache_config.block_size). 0: no cut,
+    # as under "none" (the block size of a real model is not derived here: set it).
+    mamba_block_size: int = 0
 
     @property
     def reorder_batch_threshold(self) -> int:
@@ -61,6 +66,8 @@ class EngineParams:
             )
         if self.kv_cache_capacity_tokens < 0:
             raise ValueError("engine.kv_cache_capacity_tokens must be >= 0")
+        if not 0 <= self.mamba_block_size <= 1_000_000:
+            raise ValueError("engine.mamba_block_size must be in 0..1000000")
         _at_most("engine.max_num_seqs", self.max_num_seqs, 65_536, "rows of one batch")
         _at_most("engine.max_num_batched_tokens", self.max_num_batched_tokens, 10**7,
                  "tokens of one step")  # fmt: skip

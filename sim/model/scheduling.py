@@ -12,6 +12,12 @@ The worker's ``_update_states`` (§2) is replayed on :class:`InputBatchRows` in 
 order: remove finished, remove unscheduled, the cached-request loop (num_computed,
 ``prev_num_draft_tokens``), add new then re-added requests, condense, reorder.
 
+Under ``mamba_cache_mode = "align"`` with ``engine.mamba_block_size`` B > 0, prefill chunks are
+cut as vLLM's ``_mamba_block_aligned_split`` cuts them (:func:`_aligned_chunk`): to a multiple
+of B before the last cache position, at that position when a chunk would cross it (so a
+300-token prompt with B = 80 and MTP prefills 160 tokens, then 140). A running request whose cut
+leaves nothing waits a step and the next ones are served; a waiting request stops admission.
+
 Scheduler simplifications (none changes the row model): no long_prefill_token_threshold,
 no encoder budget, FCFS only; a preempted request recomputes prompt + generated tokens
 and the output of its in-flight step is dropped; KV capacity is counted in tokens
@@ -393,6 +399,7 @@ def _schedule_step(
 
     parts: list[tuple[np.ndarray, ...]] = []
     steady = False
+    block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
     # Without a KV limit nothing is preempted: every epoch stays 0.
     epoch_of = st.epoch.__getitem__ if eng.kv_cache_capacity_tokens else _zeros
     if running:
@@ -406,6 +413,24 @@ def _schedule_step(
             tokens, drafts, samples = _steady(len(r), k)
             accepted = _accept(st, r, drafts) if k == 0 else _accept_k(st, r, k)
             parts.append((r, epoch_of(r), tokens, drafts, accepted, samples))
+        elif block and _any(prefill):
+            tokens_l, take = [], []
+            for j, (nc_j, tgt_j) in enumerate(zip(nc.tolist(), tgt.tolist(), strict=True)):
+                if budget <= 0:
+                    break
+                want = min(tgt_j - nc_j if nc_j < tgt_j else 1 + k, budget)
+                if nc_j < tgt_j:
+                    want = _aligned_chunk(nc_j, want, tgt_j, block, k > 0)
+                if want:  # a cut to nothing: this request waits, the next may fit (vLLM)
+                    take.append(j)
+                    tokens_l.append(want)
+                    budget -= want
+            sel = np.array(take, dtype=np.int64)
+            r, nc, tgt, prefill = r[sel], nc[sel], tgt[sel], prefill[sel]
+            tokens = np.array(tokens_l, dtype=np.int64)
+            drafts = np.where(prefill, 0, tokens - 1)
+            samples = ~prefill | (nc + tokens >= tgt)
+            parts.append((r, epoch_of(r), tokens, drafts, _accept(st, r, drafts), samples))
         else:
             # Each running request takes its whole demand (the rest of its prefill, or
             # 1 + k) while the budget lasts; the first that does not fit takes what is left.
@@ -427,6 +452,11 @@ def _schedule_step(
     pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
     admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
+        if block:  # the cut comes before admission: a request cut to nothing stays waiting
+            nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
+            if nc_w < tgt_w and not _aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w,
+                                                   block, k > 0):  # fmt: skip
+                break
         i = waiting.popleft()
         running.append(i)
         st.running[i] = True
@@ -439,6 +469,8 @@ def _schedule_step(
         item: tuple[int, int, int, bool]
         if nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
+            if block:
+                tokens_i = _aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0)
             item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
             nd = min(k, budget - 1)
@@ -470,6 +502,20 @@ def _schedule_step(
         )
     uniform = steady and not admitted
     return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
+
+
+def _aligned_chunk(nc: int, tokens: int, num_tokens: int, block: int, eagle: bool) -> int:
+    """A prefill chunk of ``tokens`` from ``nc`` cut as vLLM's align mode cuts it: the state is
+    cached at multiples of ``block`` up to the last cache position (one block earlier with an
+    EAGLE-type drafter such as MTP, whose full attention prunes the last matching block)."""
+    last = num_tokens - num_tokens % block
+    if eagle:
+        last = max(last - block, 0)
+    if nc + tokens < last:
+        return tokens // block * block
+    if nc < last < nc + tokens:
+        return last - nc
+    return tokens
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
