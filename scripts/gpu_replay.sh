@@ -27,7 +27,7 @@ if [ "$MODE" != simrun ]; then
             minimal-race) extra=(--reps 500) ;;
             qwen35-mtp3) extra=(--steps 200 --gdn) ;;
         esac
-        "$py" -m gpu_check replay --device cuda --scenario "$sc" --policy all "${extra[@]}" \
+        "$py" -m gpu_check replay --device cuda --aim spin --scenario "$sc" --policy all "${extra[@]}" \
             --out "$OUT/$sc"
         mv "$OUT/$sc/observed.parquet" "$OUT/observed_$sc.parquet"
         mv "$OUT/$sc/replay_summary.json" "$OUT/replay_summary_$sc.json"
@@ -38,7 +38,8 @@ if [ "$MODE" != drawn ]; then
     sim_run="$(mktemp -d)/qwen35-mtp3"
     "$py" -m sim run --scenario qwen35-mtp3 --policy all --steps 1000 --seed 0 \
         --out "$sim_run" > /dev/null
-    "$py" -m gpu_check replay --device cuda --sim-run "$sim_run" --out "$OUT/simrun"
+    "$py" -m gpu_check replay --device cuda --aim spin --sim-run "$sim_run" \
+        --out "$OUT/simrun"
     mv "$OUT/simrun/observed.parquet" "$OUT/observed_simrun_qwen35-mtp3.parquet"
     mv "$OUT/simrun/replay_summary.json" "$OUT/replay_summary_simrun_qwen35-mtp3.json"
     rmdir "$OUT/simrun"
