@@ -386,3 +386,16 @@ def test_schedule_requests_of_another_shape(tmp_path: Path, schedule: dict) -> N
     gave a TypeError in ``shrink``; now the schedule is refused with the request named."""
     schedule["requests"] = [1, 0]
     run_schedule(tmp_path, schedule, "requests[0]")
+
+
+def test_compare_refuses_to_pool_tables_of_different_kinds() -> None:
+    """A drawn replay and a --sim-run replay pooled would leave holes (a ValueError deep in
+    pandas before): one line naming the odd table, exit 2."""
+    root = Path(__file__).resolve().parent.parent / "data" / "replay"
+    drawn = str(root / "observed_minimal-race.parquet")
+    simrun = str(root / "heldout" / "observed_spin_fwd4500000_seed7.parquet")
+    code, err = run_cli(["compare", drawn, simrun])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "observed_spin_fwd4500000_seed7.parquet: not the same kind of replay table" in err
+    code, err = run_cli(["compare", simrun, simrun])  # the same kind twice: pooled
+    assert code == 0, err

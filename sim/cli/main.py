@@ -256,7 +256,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from sim.hardware.compare import agreement, by_landing, pool_runs, read_observed
 
-    observed = pool_runs([read_observed(Path(d)) for d in args.dir])
+    observed = pool_runs([read_observed(Path(d)) for d in args.dir], list(args.dir))
     print(agreement(observed).to_string(index=False))
     if "sim_gpu_wrong" in observed.columns:
         from sim.hardware.compare import prediction_agreement

@@ -28,11 +28,23 @@ def read_observed(path: Path) -> pd.DataFrame:
     return read_table(path, "observed.parquet")
 
 
-def pool_runs(tables: list[pd.DataFrame]) -> pd.DataFrame:
+def pool_runs(tables: list[pd.DataFrame], names: list[str] | None = None) -> pd.DataFrame:
     """Several replay tables as one: a ``run`` column (0, 1, ... in the order given) keeps
-    their steps apart. One table is returned as it is."""
+    their steps apart. One table is returned as it is. Tables of different kinds (a drawn
+    replay and a ``--sim-run`` one, or from before and after a column was added) are refused:
+    pooled, their missing columns would be holes."""
     if len(tables) == 1:
         return tables[0]
+    names = names or [f"table {i + 1}" for i in range(len(tables))]
+    first = set(tables[0].columns)
+    for name, t in zip(names[1:], tables[1:], strict=True):
+        if set(t.columns) != first:
+            diff = sorted(first ^ set(t.columns))
+            raise SpecraceError(
+                f"{name}: not the same kind of replay table as {names[0]} (columns "
+                f"{', '.join(diff[:3])}{' ...' if len(diff) > 3 else ''} in one only): "
+                "compare them one at a time"
+            )
     return pd.concat([t.assign(run=i) for i, t in enumerate(tables)], ignore_index=True)
 
 
