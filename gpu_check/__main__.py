@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
 from gpu_check.tables import format_table
-from sim.runs.limits import MAX_STEPS
+from sim.runs.args import int_in, seed_arg, steps_arg
 
 
 class UsageError(Exception):
@@ -24,25 +24,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would print the usage block too
         raise UsageError(message)
-
-
-def int_in(lo: int, hi: int, shown: str):
-    """An argparse type: an integer in ``lo..hi`` (as sim's command line has them)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
-        return value
-
-    return parse
-
-
-steps_arg = int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")
-seed_arg = int_in(0, 2**63 - 1, "0..2^63-1")
 
 
 def _count(hi: int):

@@ -79,30 +79,16 @@ def measure(reps: int = 200) -> dict[str, list[int]]:
         samples["worker_copy_to_gpu_ns"].append(time.perf_counter_ns() - t2)
     torch.cuda.synchronize()
     samples["dma_land_delay_upper_ns"] = samples.pop("dma_land_delay_ns")
-    samples["dma_land_delay_ns"] = clock_landing_delays(pinned, src, reps)
+    samples["dma_land_delay_ns"] = clock_landing_delays(reps)
     return samples
 
 
-def clock_landing_delays(pinned: torch.Tensor, src: torch.Tensor, reps: int) -> list[int]:
-    """Kernel end (the GPU clock reaching a host-chosen instant) -> the copy behind it seen."""
-    from gpu_check.device_clock import DeviceClock
+def clock_landing_delays(reps: int) -> list[int]:
+    """Kernel end (the GPU clock reaching a host-chosen instant) -> the copy behind it seen,
+    through the replay's own launch path (:func:`gpu_check.replay.clock_lags`)."""
+    from gpu_check.replay import CudaCounts, clock_lags
 
-    clock = DeviceClock()
-    view, out = pinned.numpy(), []
-    for i in range(reps):
-        tag = 10_000 + i
-        src.fill_(tag)
-        torch.cuda.synchronize()
-        view[0] = 0
-        clock.track()
-        aim = time.perf_counter_ns() + 300_000
-        clock.wait_until(aim)
-        pinned.copy_(src, non_blocking=True)
-        while view[0] != tag:
-            pass
-        out.append(time.perf_counter_ns() - aim)
-    torch.cuda.synchronize()
-    return out
+    return clock_lags(CudaCounts(N), 300_000, reps, n_counts=N)
 
 
 def calibrate(out_dir: Path, name: str) -> str:

@@ -19,7 +19,7 @@ the device clock by an offset measured on this machine:
 - :class:`DeviceClock` holds the kernels (Triton, inline PTX) and the offset; ``wait_until``
   enqueues the wait for a host instant. What lies between the wait's end and the bytes landing
   (the copy's launch and transfer, and the visibility above) is a constant the replay measures
-  in its own context (``replay_cli._device_clock_lag``) and aims that much earlier.
+  in its own context (``replay.clock_lags``) and aims that much earlier.
 
 Only :func:`fit_offset` runs without a GPU (tests); the kernels need CUDA.
 """

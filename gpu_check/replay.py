@@ -184,6 +184,23 @@ class CudaCounts:
         self.event.synchronize()
 
 
+def clock_lags(device: CudaCounts, lead_ns: int, reps: int, n_counts: int = 1) -> list[int]:
+    """Per repetition: the first sighting of ``n_counts`` counts copied behind a wait for the
+    GPU clock to reach an instant ``lead_ns`` ahead, minus that instant (ns). The replay aims
+    that much earlier; ``gpu_check calibrate`` records it as the model's landing delay."""
+    samples = []
+    for i in range(reps):
+        device.reset(np.ones(len(device.buf), dtype=np.int32), 20_000 + i)
+        device.stage(np.ones(n_counts, dtype=np.int32), private=False)
+        device.track_clock()
+        aim = time.perf_counter_ns() + lead_ns
+        device.fire(0, land_at_ns=aim)
+        while not device.poll(0):
+            pass
+        samples.append(time.perf_counter_ns() - aim)
+    return samples
+
+
 # observed.parquet: one row per replayed read (data/replay/README.md defines each column).
 OBSERVED_COLUMNS = [
     "policy", "step", "req_id", "row", "prev_row", "prev_drafts", "true_count",
@@ -400,9 +417,9 @@ def replay(
             device.synchronize()
         if land < 0 and clock.poll(len(cur.ops)):
             land = len(cur.ops)
+        read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)  # after the last op
         read_err = -1
         if not policy.waits_before_read:  # the read is placed too (a waiting one follows the copy)
-            read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)
             read_err = abs(time.perf_counter_ns() - t0 - read_at)
         observed = _read(policy, device.buf, device.private, cur)
         if land < 0 and clock.poll(len(cur.ops)):
@@ -410,7 +427,7 @@ def replay(
         if clock.seen_ns < 0:  # landing after the read: still time it (the verdict is taken)
             clock.watch_until(t0 + max(target, read_ns) + SIGHT_AFTER_READ_NS, len(cur.ops))
         aimed = not policy.waits_before_moves
-        pos, margin = _aimed_position(offsets, read_ns, target, policy.waits_before_read)
+        pos, margin = _aimed_position(offsets, read_at, target, policy.waits_before_read)
         timing = {
             "land_predicted_ns": target if aimed else -1,
             "land_predicted_pos": pos if aimed else 0,
@@ -428,12 +445,11 @@ def replay(
 
 
 def _aimed_position(
-    offsets: np.ndarray, read_ns: int, target: int, waits_before_read: bool
+    offsets: np.ndarray, read_at: int, target: int, waits_before_read: bool
 ) -> tuple[int, int]:
-    """(ops stored before the aimed landing, or -1 if it falls after the read; its distance to
-    the nearest event whose order against it matters). A policy that waits before its read
-    always reads landed counts: only the ops count for it."""
-    read_at = max(read_ns, int(offsets[-1]) if len(offsets) else 0)
+    """(ops stored before the aimed landing, or -1 if it falls after the read at ``read_at``;
+    its distance to the nearest event whose order against it matters). A policy that waits
+    before its read always reads landed counts: only the ops count for it."""
     after_read = not waits_before_read and target > read_at
     pos = -1 if after_read else int((offsets < target).sum())
     events = list(offsets) + ([] if waits_before_read else [read_at])

@@ -15,6 +15,7 @@ from gpu_check.replay import (
     CudaCounts,
     ReplayConfig,
     ScriptedCounts,
+    clock_lags,
     launch,
     op_offsets,
     replay,
@@ -208,19 +209,7 @@ def _cuda_config(cuda: CudaCounts, timing, seed: int, aim: str, env: dict) -> Re
 def _device_clock_lag(device: CudaCounts, lead_ns: int, reps: int = 31) -> int:
     """Median of (landing seen - instant aimed at) through the replay's own launch path: what
     the copy's launch and transfer add after the device clock's wait ends."""
-    import time
-
-    samples = []
-    for i in range(reps):
-        device.reset(np.ones(len(device.buf), dtype=np.int32), 20_000 + i)
-        device.stage(np.ones(1, dtype=np.int32), private=False)
-        device.track_clock()
-        aim = time.perf_counter_ns() + lead_ns
-        device.fire(0, land_at_ns=aim)
-        while not device.poll(0):
-            pass
-        samples.append(time.perf_counter_ns() - aim)
-    return int(np.median(samples))
+    return int(np.median(clock_lags(device, lead_ns, reps)))
 
 
 SPINS_NS = (0, 10_000, 25_000, 50_000, 100_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000)

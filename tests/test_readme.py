@@ -57,6 +57,28 @@ def test_landing_heldout_tables_match() -> None:
         assert f"{close_same} / {close} = {100 * close_same / close:.1f} %" in flat, aim
         assert f"{wide_same:,} / {wide:,}" in flat, aim
 
+    # the summary table's landing and placement figures: the "all" row of each by-policy table
+    def all_row(out: str) -> list[str]:
+        by_policy = out[out.index("by policy") : out.index("by where")]
+        return next(x.split() for x in by_policy.splitlines() if x.split()[:1] == ["all"])
+
+    c, sp = all_row(clock), all_row(compare("spin"))
+    assert (f"| landing error, p95 of {int(c[1]):,} steps | ≤ 10 µs | {float(c[3]):.1f} µs | "
+            f"{float(sp[3]):.0f} µs |") in README  # fmt: skip
+    assert (f"| op placement, p95 of {int(c[6]):,} row ops | ≤ 5 µs | {float(c[7]):.1f} µs | "
+            f"({float(sp[7]):.1f} µs per step's worst op) |") in README  # fmt: skip
+    assert f"misses by {float(sp[2]):.1f} µs (median) and {float(sp[3]):.0f} µs (p95)" in flat
+    # the misses' margins, as the prose gives them
+    import pandas as pd
+
+    from sim.hardware.compare import pool_runs, replay_steps
+
+    files = sorted(glob.glob(str(ROOT / "data/replay/heldout/observed_device-clock_*.parquet")))
+    st = replay_steps(pool_runs([pd.read_parquet(f) for f in files]))
+    st = st[st["reads_buffer"] & (st["margin_ns"] >= 0)]
+    miss = st[~st["same_verdict"] & (st["margin_ns"] <= 100_000)]["margin_ns"] / 1000
+    assert f"margins of {miss.min():.1f}–{miss.max():.1f} µs" in flat
+
 
 def test_demo_table_matches_make_demo() -> None:
     sc = load_scenario("qwen35-mtp3")
@@ -100,6 +122,7 @@ def test_measured_timing_prose_matches_the_params_files() -> None:
     h200 = tomllib.loads((ROOT / "sim/model/timing/h200.toml").read_text())["timing"]
     rows = tomllib.loads((ROOT / "sim/model/timing/vllm-0.24.0-row-ops.toml").read_text())["timing"]
     for text in (f"D2H landing {h200['dma_land_delay_ns'] / 1000:.0f} µs",
+                 f"by the same clock: {h200['dma_land_delay_ns'] / 1000:.1f} µs on the H200",
                  f"event sync {h200['worker_event_sync_ns'] / 1000:.1f} µs",
                  f"add {rows['worker_add_ns'] / 1000:.0f} µs",
                  f"swap {rows['worker_swap_ns'] / 1000:.0f} µs"):  # fmt: skip

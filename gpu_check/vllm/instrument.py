@@ -37,9 +37,25 @@ now = time.perf_counter_ns
 
 
 class Hooks:
-    """Instance attributes that shadow methods of live objects, removed again by ``uninstall``."""
+    """A recorder of one runner's steps (V1 :class:`Recorder`, MRv2's ``RecorderV2``): the
+    state both keep, and instance attributes that shadow methods of live objects, removed
+    again by ``uninstall``."""
 
-    _saved: list[tuple[Any, str]]
+    def __init__(self, runner: Any, level: str, gpu_delay_us: int, max_steps: int,
+                 ns_per_cycle: float | None) -> None:  # fmt: skip
+        import torch
+
+        self.torch = torch
+        self.runner = runner
+        self.level = level
+        self.max_reqs = int(runner.max_num_reqs)
+        self.max_steps = max_steps
+        self.steps: list[dict[str, Any]] = []
+        self.cur: dict[str, Any] | None = None
+        self.sleep_cycles = 0  # the GPU delay: a spin on the stream per step
+        if gpu_delay_us:
+            self.sleep_cycles = int(gpu_delay_us * 1000 / (ns_per_cycle or calibrate_sleep()))
+        self._saved: list[tuple[Any, str]] = []
 
     def _hook(self, obj: Any, name: str, factory) -> None:
         orig = getattr(obj, name)
@@ -55,26 +71,15 @@ class Hooks:
 class Recorder(Hooks):
     def __init__(self, runner: Any, level: str = "full", gpu_delay_us: int = 0,
                  max_steps: int = 8192, ns_per_cycle: float | None = None) -> None:  # fmt: skip
-        import torch
-
-        self.torch = torch
-        self.runner = runner
+        super().__init__(runner, level, gpu_delay_us, max_steps, ns_per_cycle)
+        torch = self.torch
         self.ib = runner.input_batch
-        self.level = level
         self.align = runner.cache_config.mamba_cache_mode == "align"
-        self.max_reqs = int(runner.max_num_reqs)
-        self.max_steps = max_steps
-        self.steps: list[dict[str, Any]] = []
-        self.cur: dict[str, Any] | None = None
         self.in_update = False
-        self.sleep_cycles = 0
-        if gpu_delay_us:
-            self.sleep_cycles = int(gpu_delay_us * 1000 / (ns_per_cycle or calibrate_sleep()))
         if level == "full":
             shape = (max_steps, self.max_reqs)
             self.truth_ring = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
             self.gpu_ring = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
-        self._saved: list[tuple[Any, str]] = []
 
     # -- install -----------------------------------------------------------------------------
     def install(self) -> Recorder:

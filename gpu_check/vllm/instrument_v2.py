@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_check.vllm.instrument import Hooks, calibrate_sleep, now
+from gpu_check.vllm.instrument import Hooks, now
 
 
 def is_v2_runner(runner: Any) -> bool:
@@ -32,24 +32,13 @@ def is_v2_runner(runner: Any) -> bool:
 class RecorderV2(Hooks):
     def __init__(self, runner: Any, level: str = "full", gpu_delay_us: int = 0,
                  max_steps: int = 8192, ns_per_cycle: float | None = None) -> None:  # fmt: skip
-        import torch
-
-        self.torch = torch
-        self.runner = runner
+        super().__init__(runner, level, gpu_delay_us, max_steps, ns_per_cycle)
+        torch = self.torch
         self.ms = runner.model_state
-        self.level = level
-        self.max_reqs = int(runner.max_num_reqs)
-        self.max_steps = max_steps
-        self.steps: list[dict[str, Any]] = []
-        self.cur: dict[str, Any] | None = None
-        self.sleep_cycles = 0
-        if gpu_delay_us:
-            self.sleep_cycles = int(gpu_delay_us * 1000 / (ns_per_cycle or calibrate_sleep()))
         shape = (max_steps if level == "full" else 1, self.max_reqs)
         self.consumed_ring = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
         self.sampled_ring = torch.zeros(shape, dtype=torch.int32, pin_memory=True)
         self.slot_ring = torch.zeros(shape, dtype=torch.int64, pin_memory=True)
-        self._saved: list[tuple[Any, str]] = []
 
     def install(self) -> RecorderV2:
         self._hook(self.runner, "execute_model", self._execute_model)

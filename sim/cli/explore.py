@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sim.cli.args import int_in, steps_arg
 from sim.errors import SpecraceError
 from sim.model.policies import POLICIES, get_policy
+from sim.runs.args import int_in, steps_arg
 from sim.runs.io import (
     atomic_write,
     atomic_write_text,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
-from sim.cli.args import seed_arg, steps_arg
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -25,6 +24,7 @@ from sim.model.params import (
 )
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
+from sim.runs.args import seed_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
@@ -455,7 +455,7 @@ class _ReaderMayLeave(io.TextIOWrapper):
     status is then 141, as a shell pipeline expects (gpu_check, which prints once at the end,
     does the same)."""
 
-    reader_left = False
+    reader_left = False  # set on the instance when the pipe closes
 
     def write(self, text: str) -> int:
         try:
@@ -471,7 +471,7 @@ class _ReaderMayLeave(io.TextIOWrapper):
             self._to_devnull()
 
     def _to_devnull(self) -> None:
-        _ReaderMayLeave.reader_left = True
+        self.reader_left = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self.fileno())
         os.close(devnull)
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = args.func(args)
         sys.stdout.flush()
-        return 141 if code == 0 and _ReaderMayLeave.reader_left else code
+        return 141 if code == 0 and getattr(sys.stdout, "reader_left", False) else code
     except SpecraceError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

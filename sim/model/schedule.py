@@ -207,15 +207,20 @@ def first_spec_rows(prev: StepRecord, cur: StepRecord) -> np.ndarray:
     return (cur.drafts > 0) & ok & ~had
 
 
-def dumps(schedule: Schedule) -> str:
-    """Canonical text: sorted keys, one step per line, so same input -> same bytes."""
-    head = {
+def header(schedule: Schedule) -> dict[str, Any]:
+    """Everything of a schedule but its steps, as both file forms (JSON, Parquet) store it."""
+    return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "scenario": schedule.scenario,
         "seed": schedule.seed,
         "requests": schedule.requests,
     }
+
+
+def dumps(schedule: Schedule) -> str:
+    """Canonical text: sorted keys, one step per line, so same input -> same bytes."""
+    head = header(schedule)
     lines = [json.dumps(head, sort_keys=True, separators=(",", ":"))[:-1] + ',"steps":[']
     body = [json.dumps(s.to_json(), sort_keys=True, separators=(",", ":")) for s in schedule.steps]
     lines.append(",\n".join(body))

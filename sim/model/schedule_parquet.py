@@ -38,6 +38,7 @@ from sim.model.schedule import (
     Schedule,
     StepRecord,
     checked_steps,
+    header,
 )
 
 META_KEY = b"specrace.schedule"
@@ -70,13 +71,7 @@ _ROW_COLUMNS = [c for c in _INTS if c != "prev_num_draft_tokens"]  # one entry p
 
 
 def _header(head: Schedule) -> bytes:
-    d = {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "scenario": head.scenario,
-        "seed": head.seed,
-        "requests": head.requests,
-    }
+    d = header(head)
     return zlib.compress(json.dumps(d, sort_keys=True, separators=(",", ":")).encode(), 6)
 
 

@@ -18,7 +18,17 @@ of B before the last cache position, at that position when a chunk would cross i
 300-token prompt with B = 80 and MTP prefills 160 tokens, then 140). A running request whose cut
 leaves nothing waits a step and the next ones are served; a waiting request stops admission.
 
-Scheduler simplifications (none changes the row model): no long_prefill_token_threshold,
+Every finish is treated as an EOS, unknown to the scheduler until it is processed (the reading
+of docs/mechanism.md §1.1). vLLM's source says otherwise for a request that stops at
+``max_tokens``: its async scheduler skips a running request whose in-flight step is sure to
+reach ``max_tokens`` ("avoid scheduling an extra step", v0.24.0 v1/core/sched/scheduler.py
+L435-449, in every release 0.23.0-0.33.0), so the worker removes it as unscheduled one step
+before it finishes. Not modelled: sim schedules that step, and on the recorded vLLM runs
+(data/vllm, all max_tokens-bound) requests leave the batch a step later than they did there,
+which moves later rows (data/vllm/README.md, forward prediction).
+
+Scheduler simplifications (the row model is vLLM's for the schedule given): no
+long_prefill_token_threshold,
 no encoder budget, FCFS only; a preempted request recomputes prompt + generated tokens
 and the output of its in-flight step is dropped; KV capacity is counted in tokens
 (``engine.kv_cache_capacity_tokens``).

@@ -18,7 +18,6 @@ optimistic). :func:`simulate_rates` is the one call into the timing model: ``eng
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -35,6 +34,8 @@ from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import FACTS
 from sim.resolve.resolution import Resolution, VllmSetup, resolve
 from sim.runs.run import run_policy
+from sim.runs.stats import Z95
+from sim.runs.stats import wilson as stats_wilson
 
 ENGINES = ("vector", "simpy")  # timing tiers; the first is the default
 
@@ -47,7 +48,6 @@ TIMING_FILES = ("h200", "vllm-0.24.0-row-ops")  # built-in timing files (sim/mod
 BASE_SEQS, BASE_ARRIVALS = 64, 0.33
 # Conditional per-position acceptance: qwen35-mtp3's three, then falling by 0.1 (>= 0.3).
 BASE_ACCEPTANCE = (0.9, 0.75, 0.6)
-Z95 = 1.959963984540054
 # qwen35-mtp3's own GPU timing: the "balanced" regime (GPU step close to the CPU's), where
 # docs/mechanism.md §8 puts the race; ``gpu_timing="balanced"`` uses it instead of the preset.
 BALANCED_GPU = {
@@ -59,14 +59,12 @@ GPU_TIMINGS = ("roofline", "balanced")
 
 
 def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (0, 0 with no trials)."""
+    """:func:`sim.runs.stats.wilson` as two floats, and (0, 0) with no trials (a rate that was
+    not measured reads as none here, not as [0, 1])."""
     if trials <= 0:
         return 0.0, 0.0
-    p = successes / trials
-    denom = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denom
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = stats_wilson(successes, trials, z)
+    return float(lo), float(hi)
 
 
 @dataclass(frozen=True)

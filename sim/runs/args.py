@@ -1,5 +1,5 @@
-"""Argparse types with ranges, shared by the subcommands: a value out of range is refused
-before any work starts, in one line naming the option."""
+"""Argparse types with ranges, shared by both command lines (sim and gpu_check): a value out
+of range is refused before any work starts, in one line naming the option."""
 
 from __future__ import annotations
 
