@@ -55,8 +55,10 @@ DOCS: dict[str, ParamDoc] = {
     "workload.prefix_hit_prob": _P("probability", "a new request hits the prefix cache",
                                    "prior"),
     "workload.prefix_hit_fraction": _P("fraction", "share of the prompt a hit covers", "prior"),
+    "workload.eos_fraction": _P("fraction", "share of requests stopping on EOS (the others "
+                                "at max_tokens = output length)", "prior"),
     "workload.requests": _P("table", "scripted requests (req_id, arrival_step, prompt_len, "
-                            "output_len, accepted, prefix_hit_tokens)", "scenario file"),
+                            "output_len, accepted, prefix_hit_tokens, eos)", "scenario file"),
     # -- timing: GPU ---------------------------------------------------------------------
     "timing.gpu_prep_ns": _P("ns", "H2D input copies and metadata uploads per step", "prior"),
     "timing.gpu_forward_ns_base": _P("ns", "forward time of a step, fixed part",

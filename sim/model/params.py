@@ -105,6 +105,10 @@ class ScriptedRequest:
     output_len: int
     accepted: tuple[int, ...] = ()
     prefix_hit_tokens: int = 0
+    # True: the request stops on an EOS at output_len, which the scheduler cannot foresee;
+    # False: it stops at max_tokens = output_len, and the async scheduler skips the step its
+    # in-flight step is sure to make unnecessary (sim.model.scheduling._sure_to_finish).
+    eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,9 @@ class WorkloadParams:
     # prompt (rounded down to whole tokens, at least 1 token left to compute).
     prefix_hit_prob: float = 0.0
     prefix_hit_fraction: float = 0.5
+    # Share of drawn requests that stop on EOS at their output length; the others stop at
+    # max_tokens (= output length), which vLLM's async scheduler sees coming.
+    eos_fraction: float = 0.0
     requests: tuple[ScriptedRequest, ...] = ()
 
     def check(self, k: int) -> None:
@@ -138,7 +145,7 @@ class WorkloadParams:
             raise ValueError(
                 f"workload.acceptance_probs needs at least num_speculative_tokens={k} entries"
             )
-        for p in (*self.acceptance_probs, self.prefix_hit_prob):
+        for p in (*self.acceptance_probs, self.prefix_hit_prob, self.eos_fraction):
             if not 0.0 <= p <= 1.0:
                 raise ValueError("workload probabilities must be in [0, 1]")
         if not 0.0 <= self.prefix_hit_fraction < 1.0:

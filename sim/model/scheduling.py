@@ -96,6 +96,12 @@ class _ReqStates:
         self.spec_pos = self.accepted_end - lens  # each request's offset + its drafted steps
         self.prefill_target = np.zeros(n, dtype=np.int64)  # prompt, or recompute
         self.prev_num_draft_len = np.zeros(n, dtype=np.int64)  # CachedRequestState's
+        # Request.num_output_placeholders (async scheduling): 1 + drafts of every in-flight
+        # step that samples (AsyncScheduler._update_after_schedule adds them, update_from_output
+        # takes them back: v0.24.0 v1/core/sched/async_scheduler.py L19-44, scheduler.py
+        # L1564-1568, async_scheduler.py L58-66).
+        self.placeholders = np.zeros(n, dtype=np.int64)
+        self.length_stop = np.array([not r.eos for r in requests], dtype=bool)
         self.epoch = np.zeros(n, dtype=np.int64)  # bumped by preemption
         self.preempted = np.zeros(n, dtype=bool)
         self.running = np.zeros(n, dtype=bool)
@@ -170,6 +176,7 @@ def iter_schedule(
                 "prompt_len": r.prompt_len,
                 "output_len": r.output_len,
                 "prefix_hit_tokens": r.prefix_hit_tokens,
+                **({"eos": True} if r.eos else {}),
             }
             for r in requests
             if r.arrival_step < num_steps
@@ -215,6 +222,8 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         done = in_flight.pop(step - lag, None)
         if done is not None and len(done.idx):
             i = done.idx
+            if eng.async_scheduling:  # a preempted request's output is processed too
+                st.placeholders[i] -= np.where(done.samples, 1 + done.drafts, 0)
             # else preempted since: the recompute supersedes (no KV limit: no preemption)
             live = st.epoch[i] == done.epoch if can_preempt else None
             if done.uniform and live is None:  # k drafts each, every row samples
@@ -259,8 +268,10 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             waiting.append(next_arrival)
             next_arrival += 1
 
-        sched, new_ids, new_pos = _schedule_step(st, running, waiting, eng, k)
+        sched, new_ids, new_pos = _schedule_step(st, running, waiting, eng, k, out_arr)
         in_flight[step] = sched
+        if eng.async_scheduling:
+            st.placeholders[sched.idx] += np.where(sched.samples, 1 + sched.drafts, 0)
         idx = sched.idx
         n = len(idx)
 
@@ -380,10 +391,16 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
 
 
 def _schedule_step(
-    st: _ReqStates, running: _Running, waiting: deque[int], eng: EngineParams, k: int
+    st: _ReqStates,
+    running: _Running,
+    waiting: deque[int],
+    eng: EngineParams,
+    k: int,
+    out_arr: np.ndarray | None = None,
 ) -> tuple[_Batch, list[str], list[int]]:
     """FCFS: running requests first in admission order, then waiting ones. Returns the
-    batch, the new requests' ids and their positions in it."""
+    batch, the new requests' ids and their positions in it. ``out_arr``: every request's
+    output_len as an array (None: compare the values one by one, see :func:`_sure_to_finish`)."""
     budget = eng.max_num_batched_tokens
     preempted: list[int] = []
     if eng.kv_cache_capacity_tokens and running:
@@ -414,6 +431,11 @@ def _schedule_step(
     epoch_of = st.epoch.__getitem__ if eng.kv_cache_capacity_tokens else _zeros
     if running:
         r = running.array()
+        if eng.async_scheduling:
+            sure = _sure_to_finish(st, r, out_arr)
+            if sure is not None:
+                r = r[~sure]
+    if running and len(r):
         nc, tgt = st.num_computed[r], st.prefill_target[r]
         prefill = nc < tgt
         if len(r) * (1 + k) <= budget and not _any(prefill):
@@ -512,6 +534,37 @@ def _schedule_step(
         )
     uniform = steady and not admitted
     return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
+
+
+def _sure_to_finish(st: _ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -> np.ndarray | None:
+    """Running requests ``r`` that the async scheduler skips because their in-flight step is
+    sure to reach ``max_tokens`` (here ``output_len``), or None if none is: "Avoid scheduling an
+    extra step", v0.24.0 vllm/v1/core/sched/scheduler.py L435-449 (every release 0.23.0-0.33.0,
+    sim.resolve.release_facts ``avoid_extra_step``): ``num_output_placeholders > 0 and
+    num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens``, i.e.
+    the tokens confirmed plus the one the in-flight step samples at least (its drafts may all be
+    rejected) reach ``max_tokens``. The worker then removes it as unscheduled, a step before its
+    ``finished`` entry (docs/mechanism.md §1.1).
+
+    Compared as ``value >= output_len`` one request at a time where output lengths are not
+    plain ints: sim.explore.check's probes record that value (a finish decided here)."""
+    ph = st.placeholders[r]
+    has = (ph > 0) & st.length_stop[r]  # an EOS stop comes unannounced
+    if not _any(has):
+        return None
+    reach = st.num_computed[r] + 2 - ph - st.prompt_len[r]  # vs max_tokens
+    if out_arr is not None:
+        sure = has & (reach >= out_arr[r])
+    else:
+        out = st.output_len
+        sure = np.array(
+            [
+                bool(h) and v >= out[j]
+                for j, h, v in zip(r.tolist(), has, reach.tolist(), strict=True)
+            ],  # fmt: skip
+            dtype=bool,
+        )
+    return sure if _any(sure) else None
 
 
 def _aligned_chunk(nc: int, tokens: int, num_tokens: int, block: int, eagle: bool) -> int:

@@ -26,6 +26,7 @@ class Request:
     # accepted[i]: true count (1 + leading accepted drafts) of the request's i-th
     # speculative step when it carries k drafts; a step past the end accepts 1.
     accepted: np.ndarray
+    eos: bool = False  # stops on EOS at output_len (else at max_tokens = output_len)
 
     def accepted_at(self, spec_step: int, num_drafts: int) -> int:
         """True accepted count of the ``spec_step``-th drafted step with ``num_drafts`` drafts."""
@@ -49,6 +50,7 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
                 output_len=r.output_len,
                 prefix_hit_tokens=r.prefix_hit_tokens,
                 accepted=np.asarray(r.accepted, dtype=np.int8),
+                eos=r.eos,
             )
             for r in sorted(w.requests, key=lambda r: r.arrival_step)
         ]
@@ -76,15 +78,18 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
         block = _accepted_counts(rng.random((int(ends[hi - 1]) - start, k)) < probs)
         accepted += np.split(block, (ends[lo : hi - 1] - start).tolist())
         lo = hi
+    # Drawn last, and only when asked for: every earlier draw is the same with or without.
+    eos = (rng.random(n) < w.eos_fraction).tolist() if w.eos_fraction > 0 else [False] * n
     return [
-        Request(f"req-{i:06d}", a, p, o, h, acc)
-        for i, (a, p, o, h, acc) in enumerate(
+        Request(f"req-{i:06d}", a, p, o, h, acc, e)
+        for i, (a, p, o, h, acc, e) in enumerate(
             zip(
                 arrivals.tolist(),
                 prompt.tolist(),
                 output.tolist(),
                 hit_tokens.tolist(),
                 accepted,
+                eos,
                 strict=True,
             )
         )
