@@ -11,8 +11,10 @@ Choices per step ``s`` (each one a branch of the search tree):
 
 - **finishes**: a request whose output the engine core processes at ``s`` (step ``s - lag``'s,
   lag 2 under async scheduling: a finish is seen one step late) finishes or not. Its
-  ``output_len`` is a probe (:class:`_Probe`) that records the ``generated`` value the
-  scheduler compares it with; "finish" sets ``output_len`` to exactly that value.
+  ``output_len`` is a probe (:class:`_Probe`) that records every value the scheduler
+  compares it with (``generated`` at the finish check; under async scheduling also the tokens
+  the in-flight step is sure to reach, for the skip of scheduling._sure_to_finish); "finish"
+  sets ``output_len`` to one of that step's values above every earlier one.
 - **preemption**: ``engine.kv_cache_capacity_tokens`` is a probe too; the sums the scheduler
   compares it with split the capacity interval into classes, one branch each (so every
   preemption/resume pattern a capacity can cause is visited once).
@@ -166,6 +168,9 @@ class Root:
     threshold_is_one: bool
     budget: int
     mode: str = "fixed"  # fixed | plain | relevant
+    # Every request stops on EOS (unforeseen) instead of at max_tokens (the async scheduler's
+    # skip of scheduling._sure_to_finish); only async roots differ.
+    eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,7 @@ def scenario_for(
                 output_len=r.output_len if r.output_len is not None else BIG,
                 accepted=r.accepted,
                 prefix_hit_tokens=hit,
+                eos=root.eos,
             )
         )
     return Scenario(
@@ -243,7 +249,7 @@ def _run(
     scripted = []
     logs: list[list[int] | None] = []
     for i, r in enumerate(reqs):
-        key = (i, r, root.budget)
+        key = (i, r, root.budget, root.eos)
         hit = cache.get(key)
         if hit is None:
             prompt, prefix = class_prompt(r.cls, root.budget)
@@ -254,7 +260,7 @@ def _run(
                 assert r.output_len is not None
                 out = r.output_len
             hit = cache[key] = (ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted,
-                                                prefix), log)  # fmt: skip
+                                                prefix, root.eos), log)  # fmt: skip
         scripted.append(hit[0])
         if hit[1] is not None:
             hit[1].clear()
@@ -510,7 +516,8 @@ class Checker:
         families = ([True] if self.async_policies else []) + ([False] if self.sync else [])
         for async_ in families:
             for thr1 in (False, True):
-                yield Root(async_, thr1, self.space.max_rows * t, "plain")
+                for eos in (False, True) if async_ else (False,):
+                    yield Root(async_, thr1, self.space.max_rows * t, "plain", eos)
 
     def run(self) -> CheckResult:
         for root in self.roots():
@@ -551,16 +558,21 @@ class Checker:
         # 1. finishes: requests whose output is compared at step s
         base = self._run(root, reqs, cap_iv[1], s + 1)
         out_lens = list(out_lens) + [0] * (len(reqs) - len(out_lens))
-        cands = [
-            (i, base.out_logs[i][out_lens[i]])
-            for i in range(len(reqs))
-            if reqs[i].output_len is None and len(base.out_logs[i]) > out_lens[i]
-        ]
-        for mask in itertools.product((False, True), repeat=len(cands)):
+        # Each value compared at s above every earlier one is an output length that keeps the
+        # earlier comparisons false: finish at its processing, or (async) the scheduler's
+        # "sure to reach max_tokens" skip (scheduling._sure_to_finish) one step before.
+        cands = []
+        for i in range(len(reqs)):
+            log = base.out_logs[i]
+            if reqs[i].output_len is None and len(log) > out_lens[i]:
+                seen = max(log[: out_lens[i]], default=-1)
+                cands.append((i, sorted({v for v in log[out_lens[i] :] if v > seen})))
+        for pick in itertools.product(*((None, *vals) for _, vals in cands)):
             r1 = list(reqs)
-            for (i, g), fin in zip(cands, mask, strict=True):
-                if fin:
+            for (i, _), g in zip(cands, pick, strict=True):
+                if g is not None:
                     r1[i] = replace(r1[i], output_len=g)
+            mask = [g is not None for g in pick]
             r1t = tuple(r1)
             new_out = [len(x) for x in base.out_logs]
             # 2. preemption: split the capacity interval by the sums compared at step s

@@ -262,6 +262,7 @@ def scripted_from_schedule(schedule: Schedule, upto: int) -> tuple[ScriptedReque
                 output_len=int(r["output_len"]),
                 accepted=tuple(acc.get(str(r["req_id"]), ())),
                 prefix_hit_tokens=int(r.get("prefix_hit_tokens", 0)),
+                eos=bool(r.get("eos", False)),
             )
         )
     return tuple(out)
@@ -402,12 +403,15 @@ class Shrinker:
         return c
 
     def _simplify(self, c: Candidate) -> Candidate | None:
-        """Plainer requests, one field at a time: shorter prompts and outputs, no prefix hit,
-        counts of 1, earlier arrivals."""
+        """Plainer requests, one field at a time: EOS stops, shorter prompts and outputs, no
+        prefix hit, counts of 1, earlier arrivals."""
         reqs = list(c.requests)
         improved = False
         steps = c.steps
         edits = [
+            # an EOS stop is unannounced: the scheduler keeps the request a step longer than a
+            # max_tokens stop (scheduling._sure_to_finish), which can shorten the race
+            lambda r: replace(r, eos=True),
             lambda r: replace(r, prompt_len=2, prefix_hit_tokens=min(r.prefix_hit_tokens, 1)),
             lambda r: replace(r, prefix_hit_tokens=0),
             lambda r: replace(r, output_len=max(1, min(r.output_len, steps * 8))),
