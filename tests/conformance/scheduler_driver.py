@@ -106,7 +106,7 @@ class StreamRequest:
     prompt_len: int
     output_len: int
     accepted: tuple[int, ...]
-    # leading prompt tokens shared with share_with's prompt (-1: none)
+    # leading prompt tokens shared with warm-up prompt ``share_with`` (-1: none)
     prefix_tokens: int = 0
     share_with: int = -1
 
@@ -118,14 +118,48 @@ class VllmRun:
     preempted: list[set[str]] = field(default_factory=list)  # per step
 
 
-def _prompt(req: StreamRequest, index: int, stream: list[StreamRequest]) -> list[int]:
-    """Token ids: unique per request, the first ``prefix_tokens`` those of ``share_with``."""
+def warm_prompt(w: int, length: int) -> list[int]:
+    """Warm-up prompt ``w``: computed before step 0, so its blocks are in the prefix cache."""
+    return [500_000 + 1009 * w + i for i in range(length)]
+
+
+def _prompt(req: StreamRequest, index: int, warm: list[int]) -> list[int]:
+    """Token ids: unique per request, the first ``prefix_tokens`` warm-up prompt
+    ``share_with``'s."""
     own = [1000 + 97 * index + (i % 89) * 100_003 for i in range(req.prompt_len)]
     if req.share_with >= 0 and req.prefix_tokens:
-        base = _prompt(stream[req.share_with], req.share_with, stream)
-        n = min(req.prefix_tokens, len(base), req.prompt_len)
-        own[:n] = base[:n]
+        n = min(req.prefix_tokens, req.prompt_len, warm[req.share_with])
+        own[:n] = warm_prompt(req.share_with, warm[req.share_with])[:n]
     return own
+
+
+def _warm_up(sched: Scheduler, hasher: Any, warm: list[int]) -> None:
+    """Compute the warm-up prompts to completion (one token each), so that a stream's prefix
+    hits are whole cached blocks whatever the step it is admitted at; then flush their
+    finished ids with an empty step."""
+    for w, length in enumerate(warm):
+        sp = SamplingParams(max_tokens=1, ignore_eos=True)
+        sched.add_request(Request(f"warm-{w}", warm_prompt(w, length), sp, None,
+                                  arrival_time=0.0, block_hasher=hasher))  # fmt: skip
+    for _ in range(10_000):
+        if not sched.requests:
+            break
+        out = sched.schedule()
+        ids = list(out.num_scheduled_tokens)
+        n_sample = [0 if sched.requests[r].is_prefill_chunk else 1 for r in ids]
+        sched.update_from_output(
+            out,
+            ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=[[TOKEN] * n for n in n_sample],
+                logprobs=None,
+                prompt_logprobs_dict={},
+                pooler_output=[],
+            ),
+        )
+    assert not sched.requests, "warm-up prompts do not fit the KV pool"
+    sched.schedule()
 
 
 def _configs(setup: EngineSetup) -> tuple[Any, KVCacheConfig]:
@@ -224,11 +258,17 @@ class _Pending:
     tokens: dict[str, int]  # req_id -> tokens sampled (accepted count; 0 for a partial chunk)
 
 
-def run_vllm(setup: EngineSetup, stream: list[StreamRequest], num_steps: int) -> VllmRun:
-    """vLLM's schedule of ``stream`` for ``num_steps`` steps (sim's StepRecord per step)."""
+def run_vllm(
+    setup: EngineSetup, stream: list[StreamRequest], num_steps: int, warm: list[int] | None = None
+) -> VllmRun:
+    """vLLM's schedule of ``stream`` for ``num_steps`` steps (sim's StepRecord per step);
+    ``warm``: the warm-up prompts' lengths (prefixes a request may share)."""
     init_none_hash(sha256)
     sched = new_scheduler(setup)
     hasher = get_request_block_hasher(setup.block_size, sha256)
+    warm = warm or []
+    if setup.enable_prefix_caching and any(r.share_with >= 0 for r in stream):
+        _warm_up(sched, hasher, warm)
     k = setup.num_speculative_tokens
     lag = 2 if setup.async_scheduling else 1
     by_id = {r.req_id: r for r in stream}
@@ -257,7 +297,7 @@ def run_vllm(setup: EngineSetup, stream: list[StreamRequest], num_steps: int) ->
             sp = SamplingParams(max_tokens=r.output_len, ignore_eos=True)
             req = Request(
                 r.req_id,
-                _prompt(r, i, stream),
+                _prompt(r, i, warm),
                 sp,
                 None,
                 arrival_time=float(step),
@@ -344,12 +384,15 @@ def _record(
     pnd = np.zeros(len(prev_ids), dtype=np.int64)
     if isinstance(sched, AsyncScheduler):  # the runner's array exists under async only
         pnd[:] = batch.prev_num_draft_tokens[: len(prev_ids)]
+    # StepRecord.resumed is the worker's view: cached requests re-added to the batch (resumed
+    # from preemption, or running but unscheduled last step), in scheduling order.
+    readded = [r for r in cached.req_ids if r not in set(prev_ids)]
     rec = StepRecord(
         step=step,
         finished=step_in.finished,
         unscheduled=unscheduled,
         new=step_in.new,
-        resumed=resumed,
+        resumed=readded,
         ops=list(batch.recorder.ops),
         req_ids=ids,
         num_scheduled=np.array([step_in.num_scheduled[r] for r in ids], dtype=np.int64),
