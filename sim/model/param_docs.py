@@ -37,9 +37,15 @@ DOCS: dict[str, ParamDoc] = {
     "engine.kv_cache_capacity_tokens": _P("tokens", "KV capacity; outgrowing it preempts the "
                                           "newest running request; 0 = unlimited",
                                           "v1/core/sched/scheduler.py (FCFS preemption)"),
+    "engine.kv_block_size": _P("tokens", "KV block size: requests hold whole blocks "
+                               "(cache_config.block_size); 1 counts tokens", "vLLM"),
     "engine.mamba_block_size": _P("tokens", "align mode: prefill chunks cut at multiples of "
                                   "this (the GDN state cache block); 0 = no cut",
                                   "v1/core/sched/scheduler.py L330-391 (v0.24.0)"),
+    "engine.mamba_split_rule": _P("chunk|boundary|lookahead", "align mode's chunk cut: floor "
+                                  "the chunk (0.23.0-0.25.1), end on block boundaries "
+                                  "(0.26.0-0.32.0), no EAGLE block drop (0.33.0)",
+                                  "v1/core/sched/scheduler.py _mamba_block_aligned_split"),
     # -- workload ------------------------------------------------------------------------
     "workload.arrival": _P("poisson|scripted", "how requests arrive", "prior"),
     "workload.initial_requests": _P("requests", "requests waiting at step 0", "prior"),

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from sim.errors import SpecraceError
 
 MambaCacheMode = Literal["none", "all", "align"]
+MambaSplitRule = Literal["chunk", "boundary", "lookahead"]
 MAX_TOKENS = 10**7  # a request's prompt or output: beyond any model's context
 ArrivalKind = Literal["poisson", "scripted"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
@@ -44,11 +45,18 @@ class EngineParams:
     # KV capacity in tokens; when the running set outgrows it the scheduler preempts the
     # most recently admitted running request (vLLM's FCFS policy). 0 means unlimited.
     kv_cache_capacity_tokens: int = 0
+    # KV block size in tokens: a request holds whole blocks (vLLM's cache_config.block_size);
+    # the capacity above is usable blocks * this. 1 counts tokens.
+    kv_block_size: int = 1
     # mamba_cache_mode "align" caches the GDN state at multiples of this many tokens, so the
     # scheduler cuts prefill chunks there (vLLM's `_mamba_block_aligned_split`, v0.24.0
     # v1/core/sched/scheduler.py L330-391; the block is cache_config.block_size). 0: no cut,
     # as under "none" (the block size of a real model is not derived here: set it).
     mamba_block_size: int = 0
+    # How align mode cuts a prefill chunk at those blocks: "chunk" (vLLM 0.23.0-0.25.1),
+    # "boundary" (0.26.0-0.32.0), "lookahead" (0.33.0, prefix caching on); release fact
+    # mamba_split_rule (sim.resolve.release_facts).
+    mamba_split_rule: MambaSplitRule = "chunk"
 
     @property
     def reorder_batch_threshold(self) -> int:
@@ -66,6 +74,8 @@ class EngineParams:
             )
         if self.kv_cache_capacity_tokens < 0:
             raise ValueError("engine.kv_cache_capacity_tokens must be >= 0")
+        if not 1 <= self.kv_block_size <= 1_000_000:
+            raise ValueError("engine.kv_block_size must be in 1..1000000")
         if not 0 <= self.mamba_block_size <= 1_000_000:
             raise ValueError("engine.mamba_block_size must be in 0..1000000")
         _at_most("engine.max_num_seqs", self.max_num_seqs, 65_536, "rows of one batch")

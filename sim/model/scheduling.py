@@ -105,6 +105,8 @@ class _ReqStates:
         self.epoch = np.zeros(n, dtype=np.int64)  # bumped by preemption
         self.preempted = np.zeros(n, dtype=bool)
         self.running = np.zeros(n, dtype=bool)
+        self.alive = np.ones(n, dtype=bool)  # not finished
+        self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held (KV-limited runs)
 
 
 class _Running:
@@ -241,24 +243,33 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                     cand = i[done.samples]
             else:
                 assert live is not None
+                # A request preempted since: its num_computed restarted at 0 and is left alone
+                # (``if request.num_computed_tokens > 0``), but its tokens are appended and can
+                # stop it (v0.24.0 scheduler.py L1562-1564, L1660-1668, L1713-1715).
                 d = live & (done.drafts > 0)
                 st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
-                smp = live & done.samples
+                smp = done.samples
                 st.generated[i[smp]] += done.accepted[smp]
                 cand = i[smp]
             if out_arr is not None:
-                hit = (st.generated[cand] >= out_arr[cand]) & st.running[cand]
+                hit = (st.generated[cand] >= out_arr[cand]) & st.alive[cand]
                 done_rows = cand[hit].tolist() if _any(hit) else []
             else:
                 out = st.output_len
                 done_rows = [
                     r
                     for r, g in zip(cand.tolist(), st.generated[cand].tolist(), strict=True)
-                    if g >= out[r] and st.running[r]
+                    if g >= out[r] and st.alive[r]
                 ]
             if done_rows:
+                st.alive[done_rows] = False
+                st.blocks[done_rows] = 0
+                gone = set(done_rows)
+                stopped_waiting = [j for j in done_rows if not st.running[j]]
                 st.running[done_rows] = False
-                running.drop(set(done_rows))
+                running.drop(gone)
+                for j in stopped_waiting:  # preempted, waiting to resume
+                    waiting.remove(j)
                 finished = [ids[r] for r in done_rows]
 
         while next_arrival < len(ids) and st.arrival_step[next_arrival] <= step:
@@ -401,34 +412,14 @@ def _schedule_step(
     """FCFS: running requests first in admission order, then waiting ones. Returns the
     batch, the new requests' ids and their positions in it. ``out_arr``: every request's
     output_len as an array (None: compare the values one by one, see :func:`_sure_to_finish`)."""
+    if eng.kv_cache_capacity_tokens:
+        return _schedule_step_kv(st, running, waiting, eng, k, out_arr)
     budget = eng.max_num_batched_tokens
     preempted: list[int] = []
-    if eng.kv_cache_capacity_tokens and running:
-        # Preempt the newest running requests until the next step fits (vLLM FCFS). A
-        # victim leaves the sum, nobody else's need changes: prefix sums decide how many.
-        r = running.array()
-        nc = st.num_computed[r]
-        need = nc + np.where(nc < st.prefill_target[r], 0, 1 + k)
-        total = np.cumsum(need).tolist()
-        m = len(running)
-        while m and total[m - 1] > eng.kv_cache_capacity_tokens:
-            m -= 1
-        for v in running.ids[m:][::-1]:  # popped newest first
-            st.preempted[v] = True
-            st.num_computed[v] = 0
-            st.prefill_target[v] = st.prompt_len[v] + st.generated[v]
-            st.epoch[v] += 1
-            preempted.append(v)
-        if m < len(running):
-            running.truncate(m)
-        for v in reversed(preempted):
-            waiting.appendleft(v)
-
     parts: list[tuple[np.ndarray, ...]] = []
     steady = False
     block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
-    # Without a KV limit nothing is preempted: every epoch stays 0.
-    epoch_of = st.epoch.__getitem__ if eng.kv_cache_capacity_tokens else _zeros
+    epoch_of = _zeros  # without a KV limit nothing is preempted: every epoch stays 0
     if running:
         r = running.array()
         if eng.async_scheduling:
@@ -452,7 +443,7 @@ def _schedule_step(
                     break
                 want = min(tgt_j - nc_j if nc_j < tgt_j else 1 + k, budget)
                 if nc_j < tgt_j:
-                    want = _aligned_chunk(nc_j, want, tgt_j, block, k > 0)
+                    want = _aligned_chunk(nc_j, want, tgt_j, block, k > 0, eng)
                 if want:  # a cut to nothing: this request waits, the next may fit (vLLM)
                     take.append(j)
                     tokens_l.append(want)
@@ -487,7 +478,7 @@ def _schedule_step(
         if block:  # the cut comes before admission: a request cut to nothing stays waiting
             nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
             if nc_w < tgt_w and not _aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w,
-                                                   block, k > 0):  # fmt: skip
+                                                   block, k > 0, eng):  # fmt: skip
                 break
         i = waiting.popleft()
         running.append(i)
@@ -502,7 +493,7 @@ def _schedule_step(
         if nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
             if block:
-                tokens_i = _aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0)
+                tokens_i = _aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0, eng)
             item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
             nd = min(k, budget - 1)
@@ -536,6 +527,133 @@ def _schedule_step(
     return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
 
 
+def _schedule_step_kv(
+    st: _ReqStates,
+    running: _Running,
+    waiting: deque[int],
+    eng: EngineParams,
+    k: int,
+    out_arr: np.ndarray | None,
+) -> tuple[_Batch, list[str], list[int]]:
+    """:func:`_schedule_step` under a KV limit, request by request as vLLM's ``schedule()``
+    (v0.24.0 v1/core/sched/scheduler.py L430-580, L640-960) with full-attention blocks of
+    ``engine.kv_block_size`` tokens (kv_cache_manager.py ``allocate_slots``):
+
+    - a running request needs ``ceil((num_computed + new + k) / B)`` blocks (k lookahead slots
+      for an EAGLE/MTP drafter); blocks are kept until it finishes or is preempted;
+    - if they do not fit, the last running request is preempted (``self.running.pop()``,
+      prepended to the waiting queue, num_computed 0), until they fit or the request itself
+      was preempted, which ends the running pass; a step that preempts admits nobody;
+    - a waiting request is admitted only if its whole sequence so far fits
+      (``scheduler_reserve_full_isl``: ``full_sequence_must_fit``), then its chunk + k;
+      the first that does not fit stops admission;
+    - a resumed request recomputes its prompt and every token appended so far.
+
+    Capacity ``engine.kv_cache_capacity_tokens`` = usable blocks * B (vLLM's pool less its
+    null block). Every comparison is ``tokens > capacity`` so sim.explore.check's probe sees
+    each sum. Prefix-cache sharing of blocks between requests is not counted."""
+    budget = eng.max_num_batched_tokens
+    cap = eng.kv_cache_capacity_tokens
+    bs = eng.kv_block_size
+    block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
+    used = int(st.blocks[running.ids].sum()) if running.ids else 0
+    skip: set[int] = set()
+    if eng.async_scheduling and running.ids:
+        r = running.array()
+        sure = _sure_to_finish(st, r, out_arr)
+        if sure is not None:
+            skip = set(r[sure].tolist())
+    items: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
+    preempted = False
+    ids = running.ids
+    j = 0
+    while j < len(ids) and budget > 0:
+        i = ids[j]
+        if i in skip:
+            j += 1
+            continue
+        nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
+        want = min(tgt - nc if nc < tgt else 1 + k, budget)
+        if block and nc < tgt:
+            want = _aligned_chunk(nc, want, tgt, block, k > 0, eng)
+        if not want:
+            j += 1
+            continue
+        need = max(0, -(-(nc + want + k) // bs) - int(st.blocks[i]))
+        fits = True
+        while (used + need) * bs > cap:
+            v = ids.pop()
+            running._arr = None
+            used -= int(st.blocks[v])
+            _preempt(st, v)
+            waiting.appendleft(v)
+            preempted = True
+            if v == i:
+                fits = False
+                break
+        if not fits:
+            break
+        st.blocks[i] += need
+        used += need
+        prefill = nc < tgt
+        items.append((i, 0 if prefill else want - 1, want, not prefill or nc + want >= tgt))
+        budget -= want
+        j += 1
+    new_ids: list[str] = []
+    new_pos: list[int] = []
+    while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
+        i = waiting[0]
+        if st.preempted[i]:  # recompute everything appended so far
+            st.prefill_target[i] = st.prompt_len[i] + st.generated[i]
+        nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
+        want = min(tgt - nc, budget)
+        if block:
+            want = _aligned_chunk(nc, want, tgt, block, k > 0, eng)
+            if not want:
+                break
+        full = -(-int(st.prompt_len[i] + st.generated[i]) // bs)
+        if (used + full) * bs > cap:
+            break
+        need = -(-(nc + want + k) // bs)
+        if (used + need) * bs > cap:
+            break
+        waiting.popleft()
+        st.blocks[i] = need
+        used += need
+        running.append(i)
+        st.running[i] = True
+        if not st.preempted[i]:
+            new_ids.append(st.req_ids[i])
+            new_pos.append(len(items))
+        st.preempted[i] = False
+        items.append((i, 0, want, nc + want >= tgt))
+        budget -= want
+    if not items:
+        z = np.zeros(0, dtype=np.int64)
+        return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
+    a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*items, strict=True))
+    idx = np.array(a_idx, dtype=np.int64)
+    drafts = np.array(a_drafts, dtype=np.int64)
+    batch = _Batch(
+        idx,
+        st.epoch[idx],
+        np.array(a_tokens, dtype=np.int64),
+        drafts,
+        _accept(st, idx, drafts),
+        np.array(a_samples, dtype=bool),
+    )
+    return batch, new_ids, new_pos
+
+
+def _preempt(st: _ReqStates, v: int) -> None:
+    """``_preempt_request``: blocks freed, num_computed 0; its in-flight output still comes."""
+    st.preempted[v] = True
+    st.running[v] = False
+    st.num_computed[v] = 0
+    st.blocks[v] = 0
+    st.epoch[v] += 1
+
+
 def _sure_to_finish(st: _ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -> np.ndarray | None:
     """Running requests ``r`` that the async scheduler skips because their in-flight step is
     sure to reach ``max_tokens`` (here ``output_len``), or None if none is: "Avoid scheduling an
@@ -567,18 +685,49 @@ def _sure_to_finish(st: _ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -
     return sure if _any(sure) else None
 
 
-def _aligned_chunk(nc: int, tokens: int, num_tokens: int, block: int, eagle: bool) -> int:
-    """A prefill chunk of ``tokens`` from ``nc`` cut as vLLM's align mode cuts it: the state is
-    cached at multiples of ``block`` up to the last cache position (one block earlier with an
-    EAGLE-type drafter such as MTP, whose full attention prunes the last matching block)."""
-    last = num_tokens - num_tokens % block
-    if eagle:
-        last = max(last - block, 0)
-    if nc + tokens < last:
-        return tokens // block * block
-    if nc < last < nc + tokens:
-        return last - nc
-    return tokens
+def _aligned_chunk(
+    nc: int, tokens: int, num_tokens: int, block: int, eagle: bool, eng: EngineParams | None = None
+) -> int:
+    """A prefill chunk of ``tokens`` from ``nc`` cut as vLLM's align mode cuts it
+    (``_mamba_block_aligned_split``): the state is cached at multiples of ``block`` up to the
+    last cache position (one block earlier with an EAGLE-type drafter such as MTP, whose full
+    attention prunes the last matching block), by the release's rule (release fact
+    ``mamba_split_rule``, ``engine.mamba_split_rule``):
+
+    - ``"chunk"`` (0.23.0-0.25.1; v0.24.0 v1/core/sched/scheduler.py L330-391): a chunk ending
+      before the last cache position is floored to whole blocks (to 0 if shorter than one:
+      the request waits), one crossing it ends there;
+    - ``"boundary"`` (0.26.0-0.32.0; v0.28.0 scheduler.py L366-437): a chunk that does not end
+      the prefill ends on a block boundary, unless that leaves nothing and a block is wider
+      than the token budget (then it advances within the block); a chunk starting inside a
+      block stops at the next boundary; none runs past the last cache position;
+    - ``"lookahead"`` (0.33.0; scheduler.py L342-345, kv_cache_interface.py L1169-1186): as
+      "boundary", but with prefix caching on the block hashes look one token ahead instead of
+      EAGLE dropping the last block: the last cache position is ``(num_tokens - 1)`` floored
+      to a block (sim assumes prefix caching on in align mode, which is what selects align)."""
+    rule = eng.mamba_split_rule if eng is not None else "chunk"
+    if rule == "lookahead":
+        last = (num_tokens - 1) // block * block
+    else:
+        last = num_tokens - num_tokens % block
+        if eagle:
+            last = max(last - block, 0)
+    if rule == "chunk" or eng is None:
+        if nc + tokens < last:
+            return tokens // block * block
+        if nc < last < nc + tokens:
+            return last - nc
+        return tokens
+    end = nc + tokens
+    if nc >= num_tokens:
+        return tokens
+    if end < num_tokens:
+        aligned = end // block * block
+        if aligned > nc or block <= eng.max_num_batched_tokens:
+            end = aligned
+    stops = ((nc // block + 1) * block if nc % block else 0, last)
+    end = min((x for x in stops if nc < x < end), default=end)
+    return max(end - nc, 0)
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
