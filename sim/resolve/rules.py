@@ -33,6 +33,11 @@ class Fired:
 RULES: dict[str, Rule] = {
     r.id: r
     for r in (
+        Rule("sched-extra-step", "avoid_extra_step",
+             "async scheduling: a running request whose in-flight step is sure to reach "
+             "max_tokens is not scheduled again (sim.model.scheduling._sure_to_finish)"),
+        Rule("sched-mamba-split", "mamba_split_rule",
+             "align mode cuts prefill chunks by the {value!r} rule (engine.mamba_split_rule)"),
         Rule("spec-event", "spec_event",
              "num_accepted_tokens_event exists only with speculative tokens ({value})"),
         Rule("pc-default", "prefix_caching_default_hybrid",

@@ -454,6 +454,50 @@ def mrv2_counts_on_gpu(t: Tree) -> Found:
     return Found(bool(line) and not d2h, MRV2_MAMBA, line)
 
 
+# -- the scheduler (tests/conformance/test_conformance_scheduler.py holds sim to it) ----------
+SCHED = "vllm/v1/core/sched/scheduler.py"
+
+
+def avoid_extra_step(t: Tree) -> Found:
+    """``schedule()`` skips a running request whose in-flight step is sure to reach
+    ``max_tokens``: an ``if`` testing ``num_output_placeholders > 0`` and
+    ``num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens``
+    whose body ends in ``continue`` (sim.model.scheduling._sure_to_finish). True when present;
+    the line is the condition's."""
+    fn = _func(t.ast(SCHED), "schedule")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If):
+            test = _src(node.test).replace(" ", "")
+            if (
+                "request.num_output_placeholders>0" in test
+                and "request.num_computed_tokens+2-request.num_output_placeholders>=" in test
+                and "request.num_prompt_tokens+request.max_tokens" in test
+                and isinstance(node.body[-1], ast.Continue)
+            ):
+                return Found(True, SCHED, node.test.lineno)
+    return Found(False, SCHED, 0)
+
+
+def mamba_split_rule(t: Tree) -> Found:
+    """How ``_mamba_block_aligned_split`` cuts a chunk (engine.mamba_split_rule): ``"chunk"``
+    when it floors ``num_new_tokens`` to whole blocks (0.23.0-0.25.1), ``"boundary"`` when it
+    collects ``stops`` (chunk ends on block boundaries, 0.26.0 on), ``"lookahead"`` when
+    besides ``__init__`` turns the EAGLE block drop off for lookahead block hashes (0.33.0);
+    the line is the function's."""
+    fn = _func(t.ast(SCHED), "_mamba_block_aligned_split")
+    if fn is None:
+        return Found(None, SCHED, 0)
+    names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+    floors = "num_new_tokens//block_size*block_size" in _src(fn).replace(" ", "")
+    init = _src(_func(t.ast(SCHED), "__init__")).replace(" ", "")
+    if "stops" in names and "ifself.num_hash_lookahead_tokens:" in init:
+        # 0.33.0: lookahead block hashes replace the EAGLE block drop (prefix caching on)
+        return Found("lookahead", SCHED, fn.lineno)
+    if "stops" in names:
+        return Found("boundary", SCHED, fn.lineno)
+    return Found("chunk" if floors else None, SCHED, fn.lineno)
+
+
 FINDERS = {
     "guard_45100": guard,
     "unguarded_sync": unguarded_sync,
@@ -474,6 +518,8 @@ FINDERS = {
     "mrv2_validation_raises": mrv2_validation_raises,
     "async_default_on_with_mtp": async_default_on_with_mtp,
     "mrv2_counts_on_gpu": mrv2_counts_on_gpu,
+    "avoid_extra_step": avoid_extra_step,
+    "mamba_split_rule": mamba_split_rule,
 }
 
 
