@@ -13,25 +13,28 @@ order: remove finished, remove unscheduled, the cached-request loop (num_compute
 ``prev_num_draft_tokens``), add new then re-added requests, condense, reorder.
 
 Under ``mamba_cache_mode = "align"`` with ``engine.mamba_block_size`` B > 0, prefill chunks are
-cut as vLLM's ``_mamba_block_aligned_split`` cuts them (:func:`_aligned_chunk`): to a multiple
-of B before the last cache position, at that position when a chunk would cross it (so a
-300-token prompt with B = 80 and MTP prefills 160 tokens, then 140). A running request whose cut
+cut as vLLM's ``_mamba_block_aligned_split`` cuts them, by the release's rule
+(``engine.mamba_split_rule``, :func:`_aligned_chunk`): in 0.24.0 to a multiple of B before the
+last cache position, at that position when a chunk would cross it (so a 300-token prompt with
+B = 80 and MTP prefills 160 tokens, then 140). A running request whose cut
 leaves nothing waits a step and the next ones are served; a waiting request stops admission.
 
-Every finish is treated as an EOS, unknown to the scheduler until it is processed (the reading
-of docs/mechanism.md §1.1). vLLM's source says otherwise for a request that stops at
-``max_tokens``: its async scheduler skips a running request whose in-flight step is sure to
-reach ``max_tokens`` ("avoid scheduling an extra step", v0.24.0 v1/core/sched/scheduler.py
-L435-449, in every release 0.23.0-0.33.0), so the worker removes it as unscheduled one step
-before it finishes. Not modelled: sim schedules that step, and on the recorded vLLM runs
-(data/vllm, all max_tokens-bound) requests leave the batch a step later than they did there,
-which moves later rows (data/vllm/README.md, forward prediction).
+A request stops at ``max_tokens`` = its ``output_len`` (or, flagged ``eos``, on an EOS there).
+vLLM's async scheduler sees a ``max_tokens`` stop coming: it skips a running request whose
+in-flight step is sure to reach it ("avoid scheduling an extra step", v0.24.0
+v1/core/sched/scheduler.py L435-449, every release 0.23.0-0.33.0; :func:`_sure_to_finish`), so
+the worker removes it as unscheduled a step before its ``finished`` entry. An EOS stop is not
+foreseen: the request is scheduled optimistically until its output is processed.
 
-Scheduler simplifications (the row model is vLLM's for the schedule given): no
-long_prefill_token_threshold,
-no encoder budget, FCFS only; a preempted request recomputes prompt + generated tokens
-and the output of its in-flight step is dropped; KV capacity is counted in tokens
-(``engine.kv_cache_capacity_tokens``).
+Under a KV limit the scheduler runs vLLM's allocation loop request by request
+(:func:`_schedule_step_kv`: whole blocks, lookahead slots, preemption of the last running
+request, full-sequence admission); a preempted request recomputes its prompt and every token
+appended so far, its in-flight output included.
+
+Every rule here is held to vLLM's real Scheduler decision for decision by
+tests/conformance/test_conformance_scheduler.py (docs/mechanism.md §11). Simplifications: no
+long_prefill_token_threshold, no encoder budget, FCFS only, no block sharing through the prefix
+cache (a request's prefix hit is its workload's ``prefix_hit_tokens``).
 
 Speed: the scheduler's per-request state lives in arrays indexed by request (arrival order)
 and a step's running requests are served with one cumulative sum (each takes its whole
