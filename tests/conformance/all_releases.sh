@@ -53,3 +53,33 @@ bad = [v for v, r in old.items() if not r["all_held"]]
 print(f"wrote {out}: {len(old)} releases, premises broken in: {', '.join(bad) or 'none'}")
 sys.exit(1 if bad else 0)
 PY
+
+# The scheduler suite (test_conformance_scheduler.py) over SCHED_STREAMS streams per release of
+# SCHED_VERSIONS, in the conformance env -> data/conformance/scheduler.json.
+sched_versions="${SCHED_VERSIONS:-0.23.0 0.24.0 0.28.0 0.33.0}"
+bash "$here/setup.sh" > /dev/null
+for v in $sched_versions; do
+    PIP="${PIP:-$py -m pip}" bash "$here/fetch_release.sh" "$v" "$cache"
+    mkdir -p "$tmp/sched"
+    "$repo/.cache/vllm-env/bin/python" "$here/scheduler_conformance.py" "$cache/vllm-$v" \
+        --streams "${SCHED_STREAMS:-500}" --out "$tmp/sched/$v.json" > /dev/null
+done
+"$py" - "$tmp/sched" "$repo/data/conformance/scheduler.json" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, ".")
+from sim.runs.io import write_json
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+old = json.loads(out.read_text())["releases"] if out.is_file() else {}
+for f in src.glob("*.json"):
+    d = json.loads(f.read_text())
+    old[d.pop("version")] = d
+releases = dict(sorted(old.items(), key=lambda kv: tuple(int(x) for x in kv[0].split("."))))
+write_json(out, {"generated_by": "tests/conformance/all_releases.sh", "releases": releases})
+bad = [v for v, r in releases.items() if r["differing_steps"]]
+print(f"wrote {out}: {len(releases)} releases, differing steps in: {', '.join(bad) or 'none'}")
+sys.exit(1 if bad else 0)
+PY

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import vllm
 from compare import canonical_ops, fmt_op, keyed_table, table
 from scheduler_driver import EngineSetup, StreamRequest, VllmRun, run_vllm
 
 from sim.model.params import scenario_from_dict
 from sim.model.schedule import StepRecord
 from sim.model.scheduling import build_schedule
+from sim.resolve.release_facts import FACTS
 
 NUM_STEPS = 120
 
@@ -105,6 +107,7 @@ def case_for(seed: int) -> Case:
         mamba_cache_mode="align" if align else "none",
         block_size=block,
         num_gpu_blocks=blocks,
+        kv_limited=preempt,
         enable_prefix_caching=not preempt,  # a small pool would evict the warm-up prefixes
         max_model_len=8192,
     )
@@ -114,6 +117,8 @@ def case_for(seed: int) -> Case:
 def sim_steps(case: Case, hits: dict[str, int]) -> list[StepRecord]:
     """sim's schedule of the stream: scripted, with vLLM's observed prefix hits."""
     engine = case.setup.engine_params()
+    # the release's own rule, as sim.resolve records it (make conformance-all re-reads it)
+    engine["mamba_split_rule"] = FACTS["mamba_split_rule"][vllm.__version__].value
     requests: list[dict[str, Any]] = [
         {
             "req_id": r.req_id,

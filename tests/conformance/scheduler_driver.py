@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,9 +45,17 @@ from typing import Any
 import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parent / "standins"))
+import absent  # noqa: E402  (standins/absent.py)
+
+absent.install()
 
 import torch  # noqa: E402
-from vllm.config import CacheConfig, ObservabilityConfig, ParallelConfig  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    ObservabilityConfig,
+    ParallelConfig,
+    VllmConfig,
+)
 from vllm.config.scheduler import SchedulerConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
@@ -83,6 +92,7 @@ class EngineSetup:
     mamba_cache_mode: str = "none"  # "align": a hybrid (attention + mamba) KV config
     block_size: int = 16  # KV block; in align mode also sim's engine.mamba_block_size
     num_gpu_blocks: int = 4096
+    kv_limited: bool = False  # give sim the pool's capacity (else it is never exhausted)
     enable_prefix_caching: bool = True
     max_model_len: int = 8192
 
@@ -96,6 +106,11 @@ class EngineSetup:
             "reorder_threshold_is_one": self.reorder_threshold_is_one,
             "mamba_cache_mode": self.mamba_cache_mode,
             "mamba_block_size": self.block_size if self.mamba_cache_mode == "align" else 0,
+            # vLLM's pool less its null block (block_pool.py), in whole blocks
+            "kv_cache_capacity_tokens": (self.num_gpu_blocks - 1) * self.block_size
+            if self.kv_limited
+            else 0,
+            "kv_block_size": self.block_size if self.kv_limited else 1,
         }
 
 
@@ -162,6 +177,43 @@ def _warm_up(sched: Scheduler, hasher: Any, warm: list[int]) -> None:
     sched.schedule()
 
 
+class _StandIn(SimpleNamespace):
+    """A config object with only the fields given: reading any other names it, so a release
+    that reads a new field fails loudly instead of seeing a made-up default."""
+
+    def __init__(self, kind: str, **fields: Any) -> None:
+        super().__init__(**fields)
+        self.__dict__["_kind"] = kind
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"stand-in {self.__dict__.get('_kind')} has no field {name!r}")
+
+
+# VllmConfig's derived values the scheduler reads, computed by the release's own properties
+# from the stand-in's fields (each release's definition, e.g. num_lookahead_tokens).
+_DERIVED = (
+    "max_concurrent_batches",
+    "num_speculative_tokens",
+    "num_lookahead_tokens",
+    "num_prefill_lookahead_tokens",
+    "num_hash_lookahead_tokens",
+    "max_in_flight_tokens",
+    "is_mm_encoder_only",
+    "is_encoder_only",
+    "is_ec_producer_only",
+)
+
+
+def _vllm_config_standin(fields: dict[str, Any]) -> Any:
+    props = {
+        name: prop
+        for name in _DERIVED
+        if isinstance(prop := getattr(VllmConfig, name, None), property)
+    }
+    cls = type("VllmConfigStandIn", (_StandIn,), props)
+    return cls("VllmConfig", **{n: v for n, v in fields.items() if n not in props})
+
+
 def _configs(setup: EngineSetup) -> tuple[Any, KVCacheConfig]:
     k = setup.num_speculative_tokens
     sched_params = inspect.signature(SchedulerConfig).parameters
@@ -181,25 +233,39 @@ def _configs(setup: EngineSetup) -> tuple[Any, KVCacheConfig]:
     )
     cache_config.num_gpu_blocks = setup.num_gpu_blocks
     speculative_config = (
-        SimpleNamespace(
+        _StandIn(
+            "SpeculativeConfig",
             num_speculative_tokens=k,
             num_speculative_tokens_per_batch_size=None,
+            max_num_new_slots_for_drafting=0,  # MTP: no parallel drafting slots
             method="mtp",
+            disable_lookahead_block_hashes=False,
+            disable_eagle_block_drop=False,
+            needs_eagle_block_drop=lambda: True,  # EAGLE/MTP drafters (0.33.0)
             use_eagle=lambda: True,
             uses_draft_model=lambda: False,
             use_dflash=lambda: False,
+            use_dspark=lambda: False,
+            use_multi_module_mtp=lambda: False,  # Qwen3.5: one MTP layer, applied k times
+            use_eagle_block_drop=lambda: True,
         )
         if k
         else None
     )
-    model_config = SimpleNamespace(
+    model_config = _StandIn(
+        "ModelConfig",
         is_encoder_decoder=False,
         max_model_len=setup.max_model_len,
         is_diffusion=False,
         enable_return_routed_experts=False,
         is_multimodal_model=False,
+        multimodal_config=None,
+        runner_type="generate",
+        return_sampling_mask=False,
+        supports_multimodal_inputs=False,
+        uses_mrope=False,
     )
-    vllm_config = SimpleNamespace(
+    fields = dict(
         scheduler_config=scheduler_config,
         cache_config=cache_config,
         lora_config=None,
@@ -210,10 +276,16 @@ def _configs(setup: EngineSetup) -> tuple[Any, KVCacheConfig]:
         kv_transfer_config=None,
         ec_transfer_config=None,
         speculative_config=speculative_config,
+        diffusion_config=None,
         num_speculative_tokens=k,
         max_concurrent_batches=2 if setup.async_scheduling else 1,
         use_v2_model_runner=False,
+        is_encoder_only=False,
     )
+    for name in ("aux_output_config", "ec_manager_config"):  # later releases' sub-configs
+        if name in getattr(VllmConfig, "__dataclass_fields__", {}):
+            fields[name] = typing.get_type_hints(VllmConfig)[name]()  # its defaults
+    vllm_config = _vllm_config_standin(fields)
     attn = FullAttentionSpec(
         block_size=setup.block_size, num_kv_heads=1, head_size=8, dtype=torch.float16
     )
@@ -242,7 +314,12 @@ def new_scheduler(setup: EngineSetup) -> Scheduler:
     kwargs: dict[str, Any] = dict(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
-        structured_output_manager=SimpleNamespace(should_advance=lambda request: False),
+        # no request uses structured output: the manager's answers for such a request
+        structured_output_manager=SimpleNamespace(
+            should_advance=lambda *a, **kw: False,
+            accept_tokens=lambda *a, **kw: True,
+            validate_tokens=lambda request, tokens, *a, **kw: tokens,
+        ),
         block_size=setup.block_size,
         mm_registry=mm_registry,
         log_stats=False,

@@ -167,6 +167,7 @@ def new_input_batch(max_num_reqs: int, max_model_len: int, num_spec_tokens: int)
         vocab_size=VOCAB_SIZE,
         block_sizes=[BLOCK_SIZE],
         kernel_block_sizes=[BLOCK_SIZE],
+        max_num_blocks_per_req=[-(-max_model_len // BLOCK_SIZE)],  # from 0.28.0 on
         num_spec_tokens=num_spec_tokens,
     )
     params = inspect.signature(InputBatch.__init__).parameters

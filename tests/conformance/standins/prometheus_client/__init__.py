@@ -31,3 +31,6 @@ class Gauge(_Metric):
 
 class Histogram(_Metric):
     pass
+
+
+REGISTRY = None  # vllm/parser/metrics.py (0.33.0) passes it to its counters
