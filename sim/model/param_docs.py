@@ -46,6 +46,9 @@ DOCS: dict[str, ParamDoc] = {
                                   "the chunk (0.23.0-0.25.1), end on block boundaries "
                                   "(0.26.0-0.32.0), no EAGLE block drop (0.33.0)",
                                   "v1/core/sched/scheduler.py _mamba_block_aligned_split"),
+    "engine.pad_new_decode": _P("off|running|running_or_hit", "a waiting request with one "
+                                "token left is scheduled with k placeholder drafts",
+                                "v1/core/sched/scheduler.py pad_spec_decode (0.25.0 on)"),
     # -- workload ------------------------------------------------------------------------
     "workload.arrival": _P("poisson|scripted", "how requests arrive", "prior"),
     "workload.initial_requests": _P("requests", "requests waiting at step 0", "prior"),

@@ -25,6 +25,7 @@ from sim.errors import SpecraceError
 
 MambaCacheMode = Literal["none", "all", "align"]
 MambaSplitRule = Literal["chunk", "boundary", "lookahead"]
+PadNewDecode = Literal["off", "running", "running_or_hit"]
 MAX_TOKENS = 10**7  # a request's prompt or output: beyond any model's context
 ArrivalKind = Literal["poisson", "scripted"]
 LengthDist = Literal["fixed", "uniform", "lognormal"]
@@ -57,6 +58,11 @@ class EngineParams:
     # "boundary" (0.26.0-0.32.0), "lookahead" (0.33.0, prefix caching on); release fact
     # mamba_split_rule (sim.resolve.release_facts).
     mamba_split_rule: MambaSplitRule = "chunk"
+    # A waiting request with one token left gets k placeholder drafts: "off" (vLLM 0.23.0,
+    # 0.24.0), "running" (0.25.0-0.29.0: when running requests, none in prefill, were
+    # scheduled), "running_or_hit" (0.30.0 on: also after a prefix hit); release fact
+    # pad_new_decode.
+    pad_new_decode: PadNewDecode = "off"
 
     @property
     def reorder_batch_threshold(self) -> int:

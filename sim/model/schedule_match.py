@@ -143,6 +143,7 @@ def match_all(root: Path) -> dict[str, Any]:
         engine = {
             "max_num_seqs": int(meta["max_num_seqs"]),
             "mamba_split_rule": FACTS["mamba_split_rule"][version].value,
+            "pad_new_decode": FACTS["pad_new_decode"][version].value,
         }
         configs[f"{path.parent.parent.name}/{path.parent.name}"] = {
             "vllm": version,

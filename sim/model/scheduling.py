@@ -476,13 +476,19 @@ def _schedule_step(
     new_ids: list[str] = []
     new_pos: list[int] = []
     pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
+    # any running request scheduled, any of them in prefill (for _pad_new_decode)
+    sched_running = pos > 0
+    prefill_sched = sched_running and not steady and _any(prefill)
     admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
-        if block:  # the cut comes before admission: a request cut to nothing stays waiting
-            nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
-            if nc_w < tgt_w and not _aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w,
-                                                   block, k > 0, eng):  # fmt: skip
-                break
+        nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
+        pad = _pad_new_decode(eng, k, nc_w, tgt_w, sched_running, prefill_sched)
+        if pad and 1 + k > budget:
+            break  # vLLM prefers not scheduling it to scheduling it unpadded
+        # the cut comes before admission: a request cut to nothing stays waiting
+        cut = block and not pad and nc_w < tgt_w
+        if cut and not _aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w, block, k > 0, eng):
+            break
         i = waiting.popleft()
         running.append(i)
         st.running[i] = True
@@ -493,7 +499,10 @@ def _schedule_step(
         st.preempted[i] = False
         nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
         item: tuple[int, int, int, bool]
-        if nc_i < tgt_i:
+        if pad:
+            item = _padded(nc_i, tgt_i, block, k, eng)
+            item = (i, *item[1:])
+        elif nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
             if block:
                 tokens_i = _aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0, eng)
@@ -567,6 +576,7 @@ def _schedule_step_kv(
         if sure is not None:
             skip = set(r[sure].tolist())
     items: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
+    was_prefill: list[bool] = []  # per scheduled running request
     preempted = False
     ids = running.ids
     j = 0
@@ -599,18 +609,26 @@ def _schedule_step_kv(
         st.blocks[i] += need
         used += need
         prefill = nc < tgt
+        was_prefill.append(prefill)
         items.append((i, 0 if prefill else want - 1, want, not prefill or nc + want >= tgt))
         budget -= want
         j += 1
     new_ids: list[str] = []
     new_pos: list[int] = []
+    sched_running = bool(items)
+    prefill_sched = any(was_prefill)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
         i = waiting[0]
         if st.preempted[i]:  # recompute everything appended so far
             st.prefill_target[i] = st.prompt_len[i] + st.generated[i]
         nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
+        pad = _pad_new_decode(eng, k, nc, tgt, sched_running, prefill_sched)
+        if pad and 1 + k > budget:
+            break
         want = min(tgt - nc, budget)
-        if block:
+        if pad:
+            _, pad_drafts, want, _ = _padded(nc, tgt, block, k, eng)
+        elif block:
             want = _aligned_chunk(nc, want, tgt, block, k > 0, eng)
             if not want:
                 break
@@ -629,7 +647,7 @@ def _schedule_step_kv(
             new_ids.append(st.req_ids[i])
             new_pos.append(len(items))
         st.preempted[i] = False
-        items.append((i, 0, want, nc + want >= tgt))
+        items.append((i, pad_drafts if pad else 0, want, nc + want >= tgt))
         budget -= want
     if not items:
         z = np.zeros(0, dtype=np.int64)
@@ -646,6 +664,27 @@ def _schedule_step_kv(
         np.array(a_samples, dtype=bool),
     )
     return batch, new_ids, new_pos
+
+
+def _pad_new_decode(
+    eng: EngineParams, k: int, nc: int, tgt: int, sched_running: bool, prefill_sched: bool
+) -> bool:
+    """Whether a waiting request with one token left is padded to ``1 + k`` (k placeholder
+    drafts) "to preserve full cudagraph for this step" (release fact ``pad_new_decode``,
+    ``engine.pad_new_decode``): from 0.25.0 when running requests were scheduled and none is
+    in prefill (v0.28.0 scheduler.py L934-950); from 0.30.0 also with none running if it has
+    computed tokens (a prefix hit; v0.33.0 L1308-1330)."""
+    if eng.pad_new_decode == "off" or not k or tgt - nc != 1 or prefill_sched:
+        return False
+    return sched_running or (eng.pad_new_decode == "running_or_hit" and nc > 0)
+
+
+def _padded(nc: int, tgt: int, block: int, k: int, eng: EngineParams) -> tuple[int, int, int, bool]:
+    """(-, drafts, tokens, samples) of a padded admission; in align mode a cut that clips the
+    padded rows drops the padding (v0.33.0 scheduler.py L1358-1370)."""
+    if block and _aligned_chunk(nc, 1 + k, tgt, block, k > 0, eng) != 1 + k:
+        return (-1, 0, 1, True)
+    return (-1, k, 1 + k, True)
 
 
 def _preempt(st: _ReqStates, v: int) -> None:

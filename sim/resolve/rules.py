@@ -38,6 +38,9 @@ RULES: dict[str, Rule] = {
              "max_tokens is not scheduled again (sim.model.scheduling._sure_to_finish)"),
         Rule("sched-mamba-split", "mamba_split_rule",
              "align mode cuts prefill chunks by the {value!r} rule (engine.mamba_split_rule)"),
+        Rule("sched-pad-decode", "pad_new_decode",
+             "a waiting request with one token left gets k placeholder drafts: {value!r} "
+             "(engine.pad_new_decode)"),
         Rule("spec-event", "spec_event",
              "num_accepted_tokens_event exists only with speculative tokens ({value})"),
         Rule("pc-default", "prefix_caching_default_hybrid",
