@@ -498,6 +498,21 @@ def mamba_split_rule(t: Tree) -> Found:
     return Found("chunk" if floors else None, SCHED, fn.lineno)
 
 
+def pad_new_decode(t: Tree) -> Found:
+    """Whether ``schedule()`` pads a waiting request with one token left to ``1 + k`` tokens
+    (``pad_spec_decode``; engine.pad_new_decode): ``"off"`` when absent, ``"running"`` when the
+    condition needs scheduled running requests, ``"running_or_hit"`` when it also accepts
+    ``num_computed_tokens > 0``; the line is the condition's."""
+    fn = _func(t.ast(SCHED), "schedule")
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If):
+            test = _src(node.test).replace(" ", "")
+            if "num_new_tokens==1" in test and "notprefill_scheduled" in test:
+                hit = "num_computed_tokens>0" in test
+                return Found("running_or_hit" if hit else "running", SCHED, node.test.lineno)
+    return Found("off", SCHED, 0)
+
+
 FINDERS = {
     "guard_45100": guard,
     "unguarded_sync": unguarded_sync,
@@ -520,6 +535,7 @@ FINDERS = {
     "mrv2_counts_on_gpu": mrv2_counts_on_gpu,
     "avoid_extra_step": avoid_extra_step,
     "mamba_split_rule": mamba_split_rule,
+    "pad_new_decode": pad_new_decode,
 }
 
 

@@ -119,6 +119,7 @@ def sim_steps(case: Case, hits: dict[str, int]) -> list[StepRecord]:
     engine = case.setup.engine_params()
     # the release's own rule, as sim.resolve records it (make conformance-all re-reads it)
     engine["mamba_split_rule"] = FACTS["mamba_split_rule"][vllm.__version__].value
+    engine["pad_new_decode"] = FACTS["pad_new_decode"][vllm.__version__].value
     requests: list[dict[str, Any]] = [
         {
             "req_id": r.req_id,
