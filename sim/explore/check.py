@@ -583,7 +583,7 @@ class Checker:
                 )
                 at_s = run.cap_log[cap_len:]
                 stop = [v for v in at_s if v <= hi]
-                cls_lo = max(lo, stop[-1]) if stop else lo
+                cls_lo = max(lo, max(stop)) if stop else lo  # every sum <= hi compared
                 preempting = any(v > hi for v in at_s)
                 args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, len(run.cap_log))
                 if preempting and root.mode == "plain":
