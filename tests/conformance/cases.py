@@ -33,7 +33,7 @@ def scenario_for(seed: int) -> Scenario:
         "num_speculative_tokens": k,
         "async_scheduling": True,
         "reorder_threshold_is_one": seed % 2 == 1,
-        "kv_cache_capacity_tokens": int(rng.integers(120, 400)) if seed % 4 >= 2 else 0,
+        "kv_cache_capacity_tokens": int(rng.integers(60, 250)) if seed % 4 >= 2 else 0,
     }
     workload = {
         "arrival": "poisson",

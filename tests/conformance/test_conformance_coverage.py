@@ -48,7 +48,9 @@ def test_random_schedules_cover_the_row_machinery() -> None:
         "threshold 1": 10,
         "1+k": 10,
         "preempted": 40,
-        "re-added": 30,
+        # vLLM's scheduler (sim's since issue #22) re-adds fewer: a request it sees finishing
+        # leaves as unscheduled for good, and full-sequence admission holds others back
+        "re-added": 25,
         "prefix hits": 100,
         "partial prefill chunks": 300,
         "emptied batch": 10,
