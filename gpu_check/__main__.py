@@ -104,17 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
-    v.add_argument("--modes", default="align,none", help="comma list of align,none")
-    v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
-    v.add_argument("--num-requests", type=_count(10**6), default=192)
-    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
-    v.add_argument("--seed", type=seed_arg, default=0)
+    _vllm_workload_args(v)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
-    v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
-    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
     v.add_argument(
@@ -141,7 +135,34 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("dir", help="data/vllm (version folders of exported runs, with raw/)")
     f.add_argument("--out", required=True, help="output folder (e.g. data/vllm/forward)")
     f.add_argument("--seeds", type=_count(1000), default=5, help="sim seeds per configuration")
+
+    pl = sub.add_parser(
+        "vllm-plan", help="what sim predicts for a vllm-run, written before it runs"
+    )
+    pl.add_argument("--vllm", required=True, help="comma list of releases (0.23.0,0.24.0)")
+    _vllm_workload_args(pl)
+    pl.add_argument("--seeds", type=_count(100), default=3, help="sim seeds per configuration")
+    pl.add_argument("--out", required=True, help="folder for predictions.json")
     return p
+
+
+def _vllm_workload_args(v: argparse.ArgumentParser) -> None:
+    """What ``vllm-run`` runs, shared with ``vllm-plan`` (which predicts the same arms)."""
+    v.add_argument("--modes", default="align,none", help="comma list of align,none")
+    v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
+    v.add_argument("--num-requests", type=_count(10**6), default=192)
+    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
+    v.add_argument("--seed", type=seed_arg, default=0)
+    v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
+    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
+    v.add_argument(
+        "--output-range", default="8:160", help="MIN:MAX output tokens per request (default 8:160)"
+    )
+    v.add_argument(
+        "--patch", default="none",
+        help="comma list of arms: none (the wheel as released), private-d2h (#51599's approach), "
+        "sync-before-moves (#53919's approach); each align configuration runs once per arm",
+    )  # fmt: skip
 
 
 def _check_input(fn, *args):
@@ -361,6 +382,18 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
     return summary_text(_vllm_input(run_forward, Path(args.dir), Path(args.out), args.seeds))
 
 
+def cmd_vllm_plan(args: argparse.Namespace) -> str:
+    import shlex
+    from pathlib import Path
+
+    from gpu_check.vllm.plan import arms_from_args, plan, summary_text
+
+    arms = _check_input(arms_from_args, args)
+    command = "python -m gpu_check " + shlex.join(args.argv)
+    doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
+    return summary_text(doc)
+
+
 COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
@@ -371,12 +404,14 @@ COMMANDS = {
     "vllm-export": cmd_vllm_export,
     "vllm-compare": cmd_vllm_compare,
     "vllm-forward": cmd_vllm_forward,
+    "vllm-plan": cmd_vllm_plan,
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # what vllm-plan records
         if args.cmd == "vllm-run":  # its own exit status; one line when CUDA or vLLM is missing
             from gpu_check.vllm.run import main_run
 
