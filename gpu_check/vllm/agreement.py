@@ -192,6 +192,10 @@ def compare_dir(folder: Path) -> dict[str, Any]:
             f"{folder}/export.json missing or unreadable (run vllm-export)"
         ) from None
     policy = policy_for(meta["mode"], meta.get("vllm_version", ""), meta.get("runner", "v1"))
+    if meta.get("patch", "none") != "none":  # a vllm-run --patch arm: the policy of its fix
+        from gpu_check.vllm.patches import PATCHES
+
+        policy = get_policy(PATCHES[meta["patch"]].sim_policy)
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
     atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))
