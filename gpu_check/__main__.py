@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
     v.add_argument(
+        "--arm-repeats", type=_count(100), default=1,
+        help="run the --patch arms this many rounds, each in a rotated order (throughput)",
+    )  # fmt: skip
+    v.add_argument(
         "--runner", choices=("v1", "v2"), default="v1",
         help="v1: VLLM_USE_V2_MODEL_RUNNER=0 (the racy runner); v2: =1 (MRv2)",
     )  # fmt: skip
@@ -143,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     _vllm_workload_args(pl)
     pl.add_argument("--seeds", type=_count(100), default=3, help="sim seeds per configuration")
     pl.add_argument("--out", required=True, help="folder for predictions.json")
+
+    oc = sub.add_parser(
+        "vllm-outcome", help="a pre-registered prediction against its runs -> outcome.json"
+    )
+    oc.add_argument("prereg", help="a folder with predictions.json (vllm-plan)")
+    oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
+
+    ab = sub.add_parser("vllm-ab", help="the arms table of #45100's A/B and the align fixes")
+    ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
+    ab.add_argument("--out", required=True, help="the summary JSON to write")
     return p
 
 
@@ -394,6 +408,24 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
     return summary_text(doc)
 
 
+def cmd_vllm_outcome(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.outcome import outcome, outcome_text
+
+    runs = [Path(r) for r in args.runs]
+    return outcome_text(_vllm_input(outcome, Path(args.prereg), runs, what=args.prereg))
+
+
+def cmd_vllm_ab(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.outcome import ab_summary, ab_text
+
+    runs = [Path(r) for r in args.runs]
+    return ab_text(_vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs)))
+
+
 COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
@@ -405,6 +437,8 @@ COMMANDS = {
     "vllm-compare": cmd_vllm_compare,
     "vllm-forward": cmd_vllm_forward,
     "vllm-plan": cmd_vllm_plan,
+    "vllm-outcome": cmd_vllm_outcome,
+    "vllm-ab": cmd_vllm_ab,
 }
 
 

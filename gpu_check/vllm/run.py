@@ -376,14 +376,23 @@ def parse_range(text: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def with_patches(plan: dict[str, list[RunConfig]], names: list[str]) -> dict[str, list[RunConfig]]:
+def with_patches(
+    plan: dict[str, list[RunConfig]], names: list[str], repeats: int = 1
+) -> dict[str, list[RunConfig]]:
     """Every align configuration once per patch arm, the arms of one configuration side by side
-    (both patches edit only the async + align path: none-mode configurations run unpatched)."""
-    if names == ["none"]:
+    (both patches edit only the async + align path: none-mode configurations run unpatched).
+    With ``repeats`` > 1 the arms run again, each round in a rotated order, so that no arm
+    always runs first (the first pass after a warm-up is the slowest)."""
+    if names == ["none"] and repeats == 1:
         return plan
     if "align" not in plan:
         raise ValueError("--patch needs align in --modes (the patches edit the align path)")
-    arms = [replace(c, patch=n) for c in plan["align"] for n in names]
+    arms = [
+        replace(c, patch=n, rep=r)
+        for c in plan["align"]
+        for r in range(repeats)
+        for n in names[r % len(names) :] + names[: r % len(names)]
+    ]
     return {**plan, "align": arms}
 
 
@@ -403,7 +412,9 @@ def main_run(args: Any) -> int:
             output_min=out_min,
             output_max=out_max,
         )
-        plan = with_patches(parse_plan(args.modes, args.configs, base), patch_names(args.patch))
+        plan = with_patches(
+            parse_plan(args.modes, args.configs, base), patch_names(args.patch), args.arm_repeats
+        )
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2

@@ -193,3 +193,19 @@ def test_patch_names():
     for bad in ("", "typo", "none,none", "private-d2h,,x"):
         with pytest.raises(ValueError, match="--patch"):
             patch_names(bad)
+
+
+def test_arm_repeats_rotate_so_no_arm_always_runs_first():
+    from gpu_check.vllm.config import RunConfig
+    from gpu_check.vllm.run import with_patches
+
+    names = ["none", "private-d2h", "sync-before-moves"]
+    plan = with_patches({"align": [RunConfig()], "none": [RunConfig()]}, names, repeats=3)
+    arms = plan["align"]
+    assert [(a.rep, a.patch) for a in arms[:3]] == [(0, n) for n in names]
+    assert [a.patch for a in arms[3:6]] == names[1:] + names[:1]
+    assert {a.patch for a in arms[::3]} == set(names)  # each arm leads one round
+    assert len({a.name for a in arms}) == 9  # one raw record each
+    assert plan["none"] == [RunConfig()]  # none-mode configurations run unpatched
+    with pytest.raises(ValueError, match="needs align"):
+        with_patches({"none": [RunConfig()]}, names)

@@ -9,8 +9,9 @@ from gpu_check.__main__ import main
 
 def test_plan_predicts_each_arm_and_the_patches_read_no_wrong_count(tmp_path, capsys):
     out = tmp_path / "pre"
+    arms = "none,private-d2h,sync-before-moves"
     argv = ["vllm-plan", "--vllm", "0.24.0", "--modes", "align", "--configs", "16:0",
-            "--patch", "none,private-d2h,sync-before-moves", "--seeds", "1", "--out", str(out)]  # fmt: skip
+            "--patch", arms, "--seeds", "1", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads((out / "predictions.json").read_text())
     assert doc["schema"] == "specrace.vllm_predictions"
