@@ -301,7 +301,7 @@ EXAMPLES = {
     "perfetto": "python -m sim perfetto out/run",
     "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
     "bench": "python -m sim bench --steps 2000",
-    "params": "python -m sim params --scenario minimal-race",
+    "params": "python -m sim params --timing h200 --timing vllm-0.24.0-row-ops",
 }
 
 
@@ -321,26 +321,37 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def cmd_params(args: argparse.Namespace) -> int:
     import json
 
-    from sim.model.param_docs import DOCS
-    from sim.model.params import parameter_defaults, parameter_keys
+    from sim.model.param_docs import DOCS, timing_file_sources
+    from sim.model.params import parameter_defaults, parameter_keys, parse_value
 
     scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
     defaults = parameter_defaults()
+    timed = {k: parse_value(v) for k, v in timing_file_overrides(args.timing).items()}
+    sources = timing_file_sources(args.timing)
     rows = []
     for key in parameter_keys():
         section, name = key.split(".")
         default = scenario[section][name] if scenario else defaults[key]
+        default = timed.get(key, default)
         doc = DOCS[key]
+        source = sources.get(key) or (
+            f"scenario file {args.scenario}"
+            if scenario and default != defaults[key]
+            else doc.source
+        )
         rows.append({"key": key, "unit": doc.unit, "value": _show(default),
-                     "meaning": doc.meaning, "source": doc.source})  # fmt: skip
+                     "meaning": doc.meaning, "source": str(source)})  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     label = f"value in {args.scenario}" if args.scenario else "default"
+    if args.timing:
+        label += " + " + " + ".join(args.timing)
     w = max(len(r["key"]) for r in rows)
-    print(f"{'key':<{w}}  {'unit':<16} {label:<14} meaning [source]")
+    vw = max(14, len(label), *(len(r["value"]) for r in rows))
+    print(f"{'key':<{w}}  {'unit':<16} {label:<{vw}} meaning [source]")
     for r in rows:
-        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<14} {r['meaning']} [{r['source']}]")
+        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<{vw}} {r['meaning']} [{r['source']}]")
     return 0
 
 
@@ -439,7 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
-    pa.add_argument("--json", action="store_true")
+    pa.add_argument(
+        "--timing",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="apply this [timing] file; its values are labelled measured",
+    )
+    pa.add_argument("--json", action="store_true", help="one JSON list of rows")
     pa.set_defaults(func=cmd_params)
     for register in PLUGINS:
         register(sub)
