@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from sim.cli import check as check_cli
-from sim.cli import explore, field_reports, risk
+from sim.cli import explore, field_reports, report, risk
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -291,6 +291,7 @@ PLUGINS: tuple = (
     check_cli.register,
     risk.register,
     field_reports.register,
+    report.register,
 )
 
 EXAMPLES = {
@@ -301,6 +302,7 @@ EXAMPLES = {
     "perfetto": "python -m sim perfetto out/run",
     "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
     "bench": "python -m sim bench --steps 2000",
+    "report": "python -m sim report out/demo",
     "params": "python -m sim params --timing h200 --timing vllm-0.24.0-row-ops",
 }
 
@@ -382,11 +384,13 @@ def out_arg(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
+    """The parser; ``prog`` is how the user invoked it (``specrace`` passes its own name), so
+    every ``--help`` and error names the command as typed."""
     from sim.version import version_line
 
     p = _Parser(
-        prog="python -m sim",
+        prog=prog,
         description="Predict when vLLM async spec decoding reads a wrong accepted count.",
     )
     p.add_argument("--version", action="version", version=version_line())
@@ -504,9 +508,10 @@ def _stdout_that_outlives_its_reader() -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    args.prog = prog
     _stdout_that_outlives_its_reader()
     try:
         code = args.func(args)
