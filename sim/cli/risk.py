@@ -194,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="roofline (the model preset) or balanced (6 ms forward, where the race "
                    "lives)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
+    r.add_argument("--seeds", type=int, default=8, help="runs to pool")
     r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
