@@ -33,7 +33,7 @@ $(STAMP): $(BASE_STAMP)
 	touch $@
 
 demo: $(BASE_STAMP)
-	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force
+	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force --brief --picture
 
 # The main suite (long property sweeps bounded: `make test-slow` runs them in full), then the
 # conformance suite against vLLM's real InputBatch in its own env.

@@ -19,6 +19,7 @@ from sim.model.params import (
     Scenario,
     load_scenario,
     scenario_from_dict,
+    scenario_path,
     timing_file_overrides,
     with_overrides,
 )
@@ -133,13 +134,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not scenario.engine.async_scheduling:
         names = names[:1]  # every policy takes the synchronous path: one row (async-off)
     steps = len(sched.steps)
+    from sim.cli import brief
+
+    progress = brief.Progress(len(names), on=args.brief and len(names) > 1)
     with fresh_output_dir(out, args.force) as tmp:
-        print_parameters(scenario, sched.seed)
-        print(f"policy={args.policy} steps={steps}")
+        if args.brief:
+            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
+            origin = "built-in" if origin.startswith("built-in") else origin
+            brief.print_header(scenario, origin, sched.seed, steps, names, args.timing, args.set)
+        else:
+            print_parameters(scenario, sched.seed)
+            print(f"policy={args.policy} steps={steps}")
         if len(names) > 1:
             atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
         summaries = []
         for name in names:
+            progress.start(name)
             if args.engine == "vector":
                 result = run_policy_vector(sched, scenario, POLICIES[name], sched.seed)
             else:
@@ -149,11 +159,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             target = tmp / name if len(names) > 1 else tmp
             write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
             summaries.append(result.summary)
+            progress.finish()
         if len(names) > 1:
             from sim.runs.io import write_json
 
             write_json(tmp / "comparison.json", summaries)
+        if args.picture:
+            title = f"{scenario.name}: wrong accepted counts by policy ({steps:,} steps, seed "
+            brief.write_picture(tmp, summaries, sched, title + f"{sched.seed})")
     print_table(summaries)
+    if args.brief:
+        brief.print_legend()
+    if args.picture:
+        print(f"wrote {out / brief.PICTURE} (python -m sim report {out}: the whole story)")
     if note:  # the chosen policy is not what this configuration's vLLM does
         print(f"note: {note}")
     if args.json:
@@ -427,6 +445,11 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
         "applied before --set",
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    r.add_argument("--brief", action="store_true",
+                   help="a short header instead of every parameter (meta.json has them), "
+                   "progress on stderr, a legend under the table")  # fmt: skip
+    r.add_argument("--picture", action="store_true",
+                   help="also draw the hazard summary: --out/hazard_summary.png")  # fmt: skip
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.add_argument("--engine", choices=("simpy", "vector"), default="simpy",
                    help="timing tier: simpy (the reference, with a trace) or vector "
