@@ -107,6 +107,23 @@ def test_report_refuses_what_is_not_a_run(tmp_path: Path) -> None:
     r = sim("report", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "not a run" in r.stderr
     assert not (tmp_path / "report.html").exists()
+    stream = tmp_path / "stream"
+    r = sim("run", "--stream", "--policy", "align", "--scenario", "minimal-race", "--out",
+            str(stream))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = sim("report", str(stream))
+    assert r.returncode == 2 and "a --stream run" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_run_without_trace_says_why_it_has_no_timeline(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = sim("run", "--scenario", "minimal-race", "--policy", "align", "--no-trace", "--out",
+            str(run))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sim("report", str(run)).returncode == 0
+    page = (run / "report.html").read_text()
+    assert "None: the run has no trace.parquet (made with --no-trace)" in page
+    assert page.count("<img ") == 1  # the hazard summary only
 
 
 # -- in a real browser ------------------------------------------------------------------------

@@ -32,6 +32,11 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     fig = hazard_summary(pd.DataFrame(rows), f"{scenario.name}: wrong accepted counts by policy "
                          f"({steps:,} steps, seed {meta['seed']})")  # fmt: skip
     timeline = _first_wrong_timeline(loaded, schedule) if has_trace else None
+    if timeline is None:
+        wrong = any(r["cpu_wrong"] for r in rows)
+        timeline = "no policy read a wrong count in this run" if not wrong else (
+            "the run has no trace.parquet (made with --no-trace): rerun without it to see "
+            "the timeline")  # fmt: skip
     res = resolve(setup_for_engine(scenario.engine))
     name = scenario.name
     if name in builtin_scenarios():
@@ -101,6 +106,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     src = Path(args.run)
     if not src.is_dir():
         raise SpecraceError(f"{src}: not a run directory (python -m sim run --out DIR)")
+    if (src / "schedule.parquet").is_file() and not (src / "schedule.json").is_file():
+        raise SpecraceError(f"{src}: a --stream run (schedule.parquet); report reads a run "
+                            "made without --stream")  # fmt: skip
     out = Path(args.out) if args.out else src / "report.html"
     check_out_path(out)
     atomic_write_text(out, run_report(src, prog=getattr(args, "prog", "python -m sim")))

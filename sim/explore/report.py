@@ -212,7 +212,7 @@ def run_page(
     what_ran: Sequence[tuple[str, str]],
     rows: Sequence[dict],
     hazard_fig: Figure,
-    timeline: tuple[Figure, str] | None,
+    timeline: tuple[Figure, str] | str,
     rules: Section,
     command: str,
     title: str,
@@ -232,7 +232,7 @@ def run_page(
             figure_img(hazard_fig, "wrong reads per 10,000 reads, by policy and hazard kind"),
         ),
     ]
-    if timeline is not None:
+    if not isinstance(timeline, str):
         fig, text = timeline
         sections.append(
             Section(
@@ -241,8 +241,7 @@ def run_page(
             )
         )
     else:
-        sections.append(Section("Timeline of a wrong read", "<p>No policy read a wrong count "
-                                "in this run (or the run has no trace).</p>"))  # fmt: skip
+        sections.append(Section("Timeline of a wrong read", f"<p>None: {_e(timeline)}.</p>"))
     sections.append(rules)
     sections.append(Section("Reproduce", f"<pre>{_e(command)}</pre>"))
     from sim.version import version_line
