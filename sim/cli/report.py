@@ -26,9 +26,10 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     has_trace = all((d / "trace.parquet").is_file() for _p, d in runs)
     schedule, loaded = load_run(src, runs, trace=has_trace)
     meta = loaded[0][1]
-    scenario = scenario_from_dict(meta["scenario"], meta["scenario"]["name"], str(src))
+    scenario = scenario_from_dict(meta["scenario"], "meta", str(src))
     steps = len(schedule.steps)
-    rows = report.verdict_rows([m["summary"] for _p, m, _t, _r in loaded], generations(schedule))
+    summaries = [summary_of(p, m, r) for p, m, _t, r in loaded]
+    rows = report.verdict_rows(summaries, generations(schedule))
     fig = hazard_summary(pd.DataFrame(rows), f"{scenario.name}: wrong accepted counts by policy "
                          f"({steps:,} steps, seed {meta['seed']})")  # fmt: skip
     timeline = _first_wrong_timeline(loaded, schedule) if has_trace else None
@@ -67,6 +68,33 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     page = report.run_page(what_ran=what_ran, rows=rows, hazard_fig=fig, timeline=timeline,
                            rules=rules, command=command, title=title)  # fmt: skip
     return page.html()
+
+
+def summary_of(policy: str, meta: dict, reads) -> dict:
+    """A policy's summary: the counts from its reads table (checked against the schedule), the
+    step time and throughput from meta.json (NaN when meta.json's are not numbers)."""
+    import math
+
+    s = meta.get("summary")
+
+    def num(key: str) -> float:
+        v = s.get(key) if isinstance(s, dict) else None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return math.nan
+        return float(v)
+
+    wrong = reads[reads["cpu_wrong"] | reads["gpu_wrong"]]
+    return {
+        "policy": policy,
+        "reads": len(reads),
+        "cpu_wrong": int(reads["cpu_wrong"].sum()),
+        "gpu_wrong": int(reads["gpu_wrong"].sum()),
+        "prompt_state_lost": int(reads["prompt_state_lost"].sum()),
+        "corrupted_requests": int(reads.loc[reads["gpu_wrong"], "req_id"].nunique()),
+        "by_kind": {str(k): int(v) for k, v in wrong["kind"].value_counts().items()},
+        "mean_step_ns": num("mean_step_ns"),
+        "tokens_per_s": num("tokens_per_s"),
+    }
 
 
 def _changed(base: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:

@@ -163,13 +163,17 @@ def verdict_table(rows: Sequence[dict]) -> str:
             f"({r['corrupted']:,} of {r['generations']:,})",
             *(f"{r[k]:,}" for k in KINDS),
             f"{r['prompt_lost']:,}",
-            f"{r['step_ms']:.3f}",
-            f"{r['tokens_per_s']:,.0f}",
+            _num(r["step_ms"], ".3f"),
+            _num(r["tokens_per_s"], ",.0f"),
         )
         for r in rows
     ]
     classes = ["wrong" if r["gpu_wrong"] else "safe" for r in rows]
     return table(head, body, left=3, classes=classes)
+
+
+def _num(x: float, fmt: str) -> str:
+    return "-" if x != x else format(x, fmt)  # NaN: not recorded
 
 
 def reproduce_run(scenario: str, changed: dict[str, Any], policy: str, seed: int, steps: int,
