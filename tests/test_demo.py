@@ -60,3 +60,32 @@ def test_brief_and_picture_change_no_other_output(tmp_path: Path) -> None:
     for f in files:
         if f.name != "meta.json":  # meta.json: the commit and versions may differ
             assert (plain / f).read_bytes() == (brief / f).read_bytes(), f
+
+
+def test_the_readme_demo_picture_is_make_demos(tmp_path: Path) -> None:
+    """docs/images/demo.png (scripts/figures.sh) is the picture of make demo's run, as far as a
+    coarse comparison sees: font hinting may differ between machines."""
+    import numpy as np
+    from matplotlib.image import imread
+
+    from sim.cli.brief import write_picture
+    from sim.model.params import load_scenario
+    from sim.model.scheduling import build_schedule
+    from sim.runs.run import run_policy_vector
+
+    sc = load_scenario("qwen35-mtp3")
+    sched = build_schedule(sc, 0, 2000)
+    summaries = [run_policy_vector(sched, sc, p, 0).summary for p in POLICIES.values()]
+    title = "qwen35-mtp3: wrong accepted counts by policy (2,000 steps, seed 0)"
+    got = imread(write_picture(tmp_path, summaries, sched, title))
+    want = imread(ROOT / "docs" / "images" / "demo.png")
+    assert got.shape == want.shape
+
+    def blocks(img: np.ndarray, b: int = 16) -> np.ndarray:  # 16-px block means, grey
+        g = img[..., :3].mean(axis=2)
+        h, w = g.shape[0] // b * b, g.shape[1] // b * b
+        return g[:h, :w].reshape(h // b, b, w // b, b).mean(axis=(1, 3))
+
+    # One count changed (26 -> 27 in a label) moves a block by 0.08; the same run by 0.
+    diff = np.abs(blocks(got) - blocks(want)).max()
+    assert diff < 0.05, f"docs/images/demo.png is stale (block diff {diff:.3f}): make figures"
