@@ -30,6 +30,11 @@ PROMISES: dict[str, tuple[set[str], list[str]]] = {
         {"torch", "triton", "fla-core"},
         ["python", "-c", "import torch, triton, fla; print(torch.__version__)"],
     ),
+    "test": (
+        {"pytest", "hypothesis", "ruff", "mypy", "torch"},
+        ["sh", "-c", "pytest --version && ruff --version && mypy --version && "
+         "jupyter lab --version"],
+    ),
 }  # fmt: skip
 
 
@@ -55,7 +60,7 @@ def test_extra_installs_into_a_fresh_venv(extra: str, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    if extra == "gpu":  # the CPU builds: CUDA wheels are gigabytes
+    if extra in ("gpu", "test"):  # the CPU builds: CUDA wheels are gigabytes
         pip += ["--extra-index-url", "https://download.pytorch.org/whl/cpu"]
     r = subprocess.run([*pip, f"{ROOT}[{extra}]"], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
