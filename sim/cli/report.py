@@ -113,11 +113,15 @@ def _changed(base: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 def _first_wrong_timeline(loaded, schedule):
     """(figure, verdict line) of the first consumed wrong read of the first policy that has
-    one (else a CPU-wrong one), or None when every read was right."""
+    one (else a CPU-wrong one), or None when every read was right. Policies that wait on the
+    event come first: their wrong reads are the race inside ``_update_states``, where a policy
+    that never waits (``unsynced``) simply read before the copy landed."""
     from sim.explore.timeline import build_timeline, timeline_figure
+    from sim.model.policies import POLICIES
 
+    waits_first = sorted(loaded, key=lambda x: not (x[0] in POLICIES and POLICIES[x[0]].waits))
     for col in ("gpu_wrong", "cpu_wrong"):
-        for policy, _meta, trace, reads in loaded:
+        for policy, _meta, trace, reads in waits_first:
             hit = reads[reads[col]]
             if hit.empty:
                 continue
