@@ -190,7 +190,8 @@ DOCS: dict[str, ParamDoc] = {
                                                        "the balanced regime")),
     "timing.worker_stall_ns": _P("ns", "length of a stall", prior("a GC pause of ms size")),
     "timing.jitter_frac": _P("fraction", "every duration is mean * (1 + U[-f, f])",
-                             prior("30 %: spread enough for landings to cross row ops")),
+                             prior("±30 %; the race needs jitter in the "
+                                   "balanced regime, docs/mechanism.md §8")),
 }  # fmt: skip
 
 
