@@ -36,8 +36,12 @@ def _int_list(text: str) -> tuple[int, ...]:
     return tuple(_count(65_536)(t) for t in text.split(","))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m gpu_check", description=__doc__.splitlines()[0])
+def build_parser(
+    prog: str = "python -m gpu_check", names: dict[str, str] | None = None
+) -> argparse.ArgumentParser:
+    """The parser; ``prog`` and ``names`` (command -> the name it was typed as) are how the
+    user invoked it, so ``specrace gpu-bench --help`` says ``usage: specrace gpu-bench``."""
+    p = _Parser(prog=prog, description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     r = sub.add_parser("recall", help="associative recall with true vs wrong accepted counts")
@@ -157,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     ab = sub.add_parser("vllm-ab", help="the arms table of #45100's A/B and the align fixes")
     ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
     ab.add_argument("--out", required=True, help="the summary JSON to write")
+    for cmd, parser in sub.choices.items():
+        parser.prog = f"{prog} {(names or {}).get(cmd, cmd)}"
     return p
 
 
@@ -442,9 +448,13 @@ COMMANDS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    prog: str = "python -m gpu_check",
+    names: dict[str, str] | None = None,
+) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(prog, names).parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # what vllm-plan records
         if args.cmd == "vllm-run":  # its own exit status; one line when CUDA or vLLM is missing
             from gpu_check.vllm.run import main_run

@@ -248,6 +248,10 @@ COMMANDS: dict[str, tuple] = {
                ["one/shrunk-4-R.toml"]),
     "plot sweep": (lambda t, o: ["plot", str(t / "sweep")], ["sweep/sweep.parquet"],
                    ["sweep/hazard.png"]),
+    "report": (lambda t, o: ["report", str(t / "one")], ["one/*"], ["one/report.html"]),
+    "report all": (lambda t, o: ["report", str(t / "all")], ["all/schedule.json",
+                   "all/*/meta.json", "all/*/reads.parquet", "all/*/trace.parquet"],
+                   ["all/report.html"]),
 }  # fmt: skip
 HOSTILE_INTS = st.sampled_from([-1, -(2**31), 2**31, 10**12, 2**62, 2**63 - 1, 0, 1, 7, 999])
 HOSTILE_JSON = st.one_of(

@@ -15,9 +15,9 @@ def register(sub) -> None:
     c = sub.add_parser(
         "check", help="every schedule of up to R rows and S steps, every landing of the copy"
     )
-    c.add_argument("--max-rows", type=int, default=4, help="max_num_seqs (default 4)")
-    c.add_argument("--steps", type=int, default=3, help="engine steps (default 3)")
-    c.add_argument("--k", type=int, default=3, help="num_speculative_tokens (default 3)")
+    c.add_argument("--max-rows", type=int, default=4, help="max_num_seqs")
+    c.add_argument("--steps", type=int, default=3, help="engine steps")
+    c.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     c.add_argument("--policy", default="all", help="a policy, a comma list, async-off, or all")
     c.add_argument(
         "--classes", default="p,h,L", help="prompt classes of arrivals (p whole, h hit, L chunked)"

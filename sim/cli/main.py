@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 from sim.cli import check as check_cli
-from sim.cli import explore, field_reports, risk
+from sim.cli import explore, field_reports, report, risk
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
     Scenario,
     load_scenario,
     scenario_from_dict,
+    scenario_path,
     timing_file_overrides,
     with_overrides,
 )
@@ -133,13 +134,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not scenario.engine.async_scheduling:
         names = names[:1]  # every policy takes the synchronous path: one row (async-off)
     steps = len(sched.steps)
+    from sim.cli import brief
+
+    progress = brief.Progress(len(names), on=args.brief and len(names) > 1)
     with fresh_output_dir(out, args.force) as tmp:
-        print_parameters(scenario, sched.seed)
-        print(f"policy={args.policy} steps={steps}")
+        if args.brief:
+            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
+            origin = "built-in" if origin.startswith("built-in") else origin
+            brief.print_header(scenario, origin, sched.seed, steps, names, args.timing, args.set)
+        else:
+            print_parameters(scenario, sched.seed)
+            print(f"policy={args.policy} steps={steps}")
         if len(names) > 1:
             atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
         summaries = []
         for name in names:
+            progress.start(name)
             if args.engine == "vector":
                 result = run_policy_vector(sched, scenario, POLICIES[name], sched.seed)
             else:
@@ -149,11 +159,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             target = tmp / name if len(names) > 1 else tmp
             write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
             summaries.append(result.summary)
+            progress.finish()
         if len(names) > 1:
             from sim.runs.io import write_json
 
             write_json(tmp / "comparison.json", summaries)
+        if args.picture:
+            title = f"{scenario.name}: wrong accepted counts by policy ({steps:,} steps, seed "
+            brief.write_picture(tmp, summaries, sched, title + f"{sched.seed})")
     print_table(summaries)
+    if args.brief:
+        brief.print_legend()
+    if args.picture:
+        print(f"wrote {out / brief.PICTURE} (python -m sim report {out}: the whole story)")
     if note:  # the chosen policy is not what this configuration's vLLM does
         print(f"note: {note}")
     if args.json:
@@ -291,6 +309,7 @@ PLUGINS: tuple = (
     check_cli.register,
     risk.register,
     field_reports.register,
+    report.register,
 )
 
 EXAMPLES = {
@@ -301,7 +320,8 @@ EXAMPLES = {
     "perfetto": "python -m sim perfetto out/run",
     "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
     "bench": "python -m sim bench --steps 2000",
-    "params": "python -m sim params --scenario minimal-race",
+    "report": "python -m sim report out/demo",
+    "params": "python -m sim params --timing h200 --timing vllm-0.24.0-row-ops",
 }
 
 
@@ -321,26 +341,37 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def cmd_params(args: argparse.Namespace) -> int:
     import json
 
-    from sim.model.param_docs import DOCS
-    from sim.model.params import parameter_defaults, parameter_keys
+    from sim.model.param_docs import DOCS, timing_file_sources
+    from sim.model.params import parameter_defaults, parameter_keys, parse_value
 
     scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
     defaults = parameter_defaults()
+    timed = {k: parse_value(v) for k, v in timing_file_overrides(args.timing).items()}
+    sources = timing_file_sources(args.timing)
     rows = []
     for key in parameter_keys():
         section, name = key.split(".")
         default = scenario[section][name] if scenario else defaults[key]
+        default = timed.get(key, default)
         doc = DOCS[key]
+        source = sources.get(key) or (
+            f"scenario file {args.scenario}"
+            if scenario and default != defaults[key]
+            else doc.source
+        )
         rows.append({"key": key, "unit": doc.unit, "value": _show(default),
-                     "meaning": doc.meaning, "source": doc.source})  # fmt: skip
+                     "meaning": doc.meaning, "source": str(source)})  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     label = f"value in {args.scenario}" if args.scenario else "default"
+    if args.timing:
+        label += " + " + " + ".join(args.timing)
     w = max(len(r["key"]) for r in rows)
-    print(f"{'key':<{w}}  {'unit':<16} {label:<14} meaning [source]")
+    vw = max(14, len(label), *(len(r["value"]) for r in rows))
+    print(f"{'key':<{w}}  {'unit':<16} {label:<{vw}} meaning [source]")
     for r in rows:
-        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<14} {r['meaning']} [{r['source']}]")
+        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<{vw}} {r['meaning']} [{r['source']}]")
     return 0
 
 
@@ -371,11 +402,13 @@ def out_arg(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
+    """The parser; ``prog`` is how the user invoked it (``specrace`` passes its own name), so
+    every ``--help`` and error names the command as typed."""
     from sim.version import version_line
 
     p = _Parser(
-        prog="python -m sim",
+        prog=prog,
         description="Predict when vLLM async spec decoding reads a wrong accepted count.",
     )
     p.add_argument("--version", action="version", version=version_line())
@@ -412,6 +445,11 @@ def build_parser() -> argparse.ArgumentParser:
         "applied before --set",
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    r.add_argument("--brief", action="store_true",
+                   help="a short header instead of every parameter (meta.json has them), "
+                   "progress on stderr, a legend under the table")  # fmt: skip
+    r.add_argument("--picture", action="store_true",
+                   help="also draw the hazard summary: --out/hazard_summary.png")  # fmt: skip
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.add_argument("--engine", choices=("simpy", "vector"), default="simpy",
                    help="timing tier: simpy (the reference, with a trace) or vector "
@@ -439,7 +477,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
-    pa.add_argument("--json", action="store_true")
+    pa.add_argument(
+        "--timing",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="apply this [timing] file; its values are labelled measured",
+    )
+    pa.add_argument("--json", action="store_true", help="one JSON list of rows")
     pa.set_defaults(func=cmd_params)
     for register in PLUGINS:
         register(sub)
@@ -486,9 +531,10 @@ def _stdout_that_outlives_its_reader() -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    args.prog = prog
     _stdout_that_outlives_its_reader()
     try:
         code = args.func(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import TYPE_CHECKING
 
 from sim.errors import SpecraceError
@@ -108,20 +109,29 @@ def print_report(rep: RiskReport) -> None:
     if not rep.mitigations:
         return
     print("mitigations (cheapest safe first):")
-    head = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time", "tokens/s")
-    print("  " + " | ".join(head))
+    print("  " + " | ".join(MITIGATION_HEAD))
+    for row in mitigation_rows(rep):
+        print("  " + " | ".join(row))
+
+
+# The mitigations table: every row has one field per header column (a test holds them equal).
+MITIGATION_HEAD = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time",
+                   "tokens/s", "note")  # fmt: skip
+
+
+def mitigation_rows(rep: RiskReport) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for m in rep.mitigations:
         if not m.available or m.estimate is None:
             why = m.reason if m.reason.startswith("no effect") else f"not available: {m.reason}"
-            print(f"  {m.name} | {m.change} | {why}")
+            rows.append((m.name, m.change, "-", "-", "-", "-", why))
             continue
         me = m.estimate
         safe = "safe" if me.safe else "NOT safe"
-        print(
-            f"  {m.name} | {m.change} | {me.policy} | {_rate(me)} {safe} | "
-            f"{m.step_time_pct:+.2f}% | {m.tokens_per_s_pct:+.2f}%"
-            + (f" | {m.reason}" if m.reason else "")
-        )
+        rows.append((m.name, m.change, me.policy, f"{_rate(me)} {safe}",
+                     f"{m.step_time_pct:+.2f}%", f"{m.tokens_per_s_pct:+.2f}%",
+                     m.reason or "-"))  # fmt: skip
+    return rows
 
 
 def cmd_risk(args: argparse.Namespace) -> int:
@@ -138,9 +148,26 @@ def cmd_risk(args: argparse.Namespace) -> int:
         engine=args.engine,
     )
     print_report(rep)
+    if args.report:
+        write_report(rep, args)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     return 0
+
+
+def write_report(rep: RiskReport, args: argparse.Namespace) -> None:
+    """``--report FILE``: the assessment as one self-contained HTML page, written atomically."""
+    from pathlib import Path
+
+    from sim.explore.report import reproduce_argv, risk_page
+    from sim.runs.io import atomic_write_text, remove_stale
+
+    out = Path(args.report)
+    prog = getattr(args, "prog", "python -m sim")
+    command = " ".join([prog, "risk", *map(shlex.quote, reproduce_argv(args.risk_parser, args))])
+    atomic_write_text(out, risk_page(rep, command, (MITIGATION_HEAD, mitigation_rows(rep))).html())
+    remove_stale(out.parent, out.name)
+    print(f"wrote {out}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -167,10 +194,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="roofline (the model preset) or balanced (6 ms forward, where the race "
                    "lives)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
+    r.add_argument("--seeds", type=int, default=8, help="runs to pool")
     r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")
-    r.set_defaults(func=cmd_risk)
+    r.add_argument("--report", default="", metavar="FILE",
+                   help="also write the assessment as one self-contained HTML page")  # fmt: skip
+    r.set_defaults(func=cmd_risk, risk_parser=r)

@@ -339,6 +339,12 @@ def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
+def builtin_timing_text(name_or_path: str) -> tuple[str, bool]:
+    """A timing file's text, and whether it is a built-in one (by name, not by path)."""
+    text, _stem, origin = _resolve(name_or_path, "timing", "timing file")
+    return text, origin.startswith("built-in ")
+
+
 def _read_text(path: Path) -> str:
     try:
         return path.read_text()
