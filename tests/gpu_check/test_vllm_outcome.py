@@ -91,3 +91,31 @@ def test_the_write_up_carries_the_committed_arms_table():
 
     doc = json.loads((REPO / "data/vllm/ab/summary.json").read_text())
     assert ab_markdown(doc) in (REPO / "docs/vllm-fixes.md").read_text()
+
+
+def test_the_readme_states_the_committed_ab_numbers():
+    doc = json.loads((REPO / "data/vllm/ab/summary.json").read_text())
+    arms = {(a["vllm"], a["mode"], a["patch"]): a for a in doc["arms"]}
+    readme = " ".join((REPO / "README.md").read_text().split())
+    before, after = arms[("0.23.0", "none", "none")], arms[("0.24.0", "none", "none")]
+    assert f"**{before['wrong_gdn_at_transitions']:,} of {before['transitions']:,}**" in readme
+    lo, hi = before["ci95"]
+    assert f"({before['rate_per_10k']:.1f} per 10,000 transitions [{lo:.1f}, {hi:.1f}]" in readme
+    assert (
+        f"**{after['wrong_gdn']} of {after['transitions']:,}** [0, {after['ci95'][1]:.1f}]"
+        in readme
+    )
+    unpatched = [a for k, a in arms.items() if k[1] == "align" and k[2] == "none"]
+    wrong, reads = sum(a["wrong_gdn"] for a in unpatched), sum(a["reads"] for a in unpatched)
+    assert f"**{wrong:,}** wrong counts in {reads:,} reads" in readme
+    patched = {a["reads"] for k, a in arms.items() if k[1] == "align" and k[2] != "none"}
+    assert all(a["wrong_gdn"] == 0 for k, a in arms.items() if k[2] != "none")
+    assert f"**0 in {patched.pop():,}**" in readme and not patched
+    for name in ("ab-45100", "align-fixes"):
+        assert (REPO / "data/vllm/preregistered" / name / "outcome.json").is_file()
+    met = [
+        json.loads((REPO / "data/vllm/preregistered" / n / "outcome.json").read_text())
+        for n in ("ab-45100", "align-fixes")
+    ]
+    n_met = sum(sum(r["meets_all"] for r in d["results"]) for d in met)
+    assert f"{n_met} of {sum(d['configs'] for d in met)} configurations meets" in readme
