@@ -158,6 +158,12 @@ def build_parser(
     oc.add_argument("prereg", help="a folder with predictions.json (vllm-plan)")
     oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
 
+    fg = sub.add_parser("vllm-figure", help="one observed wrong read of a vLLM run, as a timeline")
+    fg.add_argument("dir", help="an exported run folder (v<release>/<mode>_<config>/)")
+    fg.add_argument("--out", required=True, help="the PNG to write")
+    fg.add_argument("--step", type=_count(10**7), help="default: the wrong read with fewest ops")
+    fg.add_argument("--req", help="request id within --step")
+
     ab = sub.add_parser("vllm-ab", help="the arms table of #45100's A/B and the align fixes")
     ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
     ab.add_argument("--out", required=True, help="the summary JSON to write")
@@ -432,6 +438,16 @@ def cmd_vllm_ab(args: argparse.Namespace) -> str:
     return ab_text(_vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs)))
 
 
+def cmd_vllm_figure(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.figure import figure_for_run
+
+    read = _vllm_input(figure_for_run, Path(args.dir), Path(args.out), args.step, args.req,
+                       what=args.dir)  # fmt: skip
+    return f"{args.out}: step {int(read['step'])}, {read['req_id']}"
+
+
 COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
@@ -445,6 +461,7 @@ COMMANDS = {
     "vllm-plan": cmd_vllm_plan,
     "vllm-outcome": cmd_vllm_outcome,
     "vllm-ab": cmd_vllm_ab,
+    "vllm-figure": cmd_vllm_figure,
 }
 
 

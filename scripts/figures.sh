@@ -40,4 +40,6 @@ $PY -m sim plot "$tmp/demo" --svg --out "$OUT/margins.png"
 # 5. The H200 replay of the minimal race, by landing position (committed data/replay).
 $PY -m sim plot data/replay/observed_minimal-race.parquet --req R --step 4 --svg \
     --out "$OUT/landing.png"
+# 6. One observed wrong read of #45100's A/B in vLLM 0.23.0 (committed data/vllm/ab).
+$PY -m gpu_check vllm-figure data/vllm/ab/v0.23.0/none_s64_d20ms --out "$OUT/vllm-wrong-read.png"
 ls -l "$OUT"

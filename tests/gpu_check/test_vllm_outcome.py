@@ -119,3 +119,14 @@ def test_the_readme_states_the_committed_ab_numbers():
     ]
     n_met = sum(sum(r["meets_all"] for r in d["results"]) for d in met)
     assert f"{n_met} of {sum(d['configs'] for d in met)} configurations meets" in readme
+
+
+def test_the_figure_draws_a_wrong_read_of_the_ab_run(tmp_path):
+    from gpu_check.vllm.figure import figure_for_run
+
+    out = tmp_path / "wrong.png"
+    read = figure_for_run(REPO / "data/vllm/ab/v0.23.0/none_s64_d20ms", out)
+    assert read["wrong"] and read["prev_drafts"] == 0 and read["gpu_value"] == 4
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    assert (REPO / "docs/images/vllm-wrong-read.png").is_file()
+    assert f"step {int(read['step'])}" in (REPO / "docs/vllm-fixes.md").read_text()
