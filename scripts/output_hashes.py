@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD python scripts/output_hashes.py OUT_DIR > before.txt
     ... change the code ...
-    PYTHONPATH=$PWD python scripts/output_hashes.py OUT_DIR2 > after.txt && diff before.txt after.txt
+    PYTHONPATH=$PWD python scripts/output_hashes.py OUT_DIR2 > after.txt; diff before.txt after.txt
 
 What it runs (small, a minute or two on one core): ``sim run`` of qwen35-mtp3 under every
 policy (300 steps), ``sim check`` at 2 rows x 4 steps (also compared with the committed
@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,7 @@ def check_outputs(out: Path) -> list[str]:
     stdout = sim("check", "--max-rows", "2", "--steps", "4", "--k", "3", "--out", str(path))
     oracle = ROOT / "data" / "check" / "r2-s4-k3.json"
     same = "same" if path.read_bytes() == oracle.read_bytes() else "DIFFERS"
+    stdout = re.sub(r"; [0-9.]+ s$", "", stdout, flags=re.M)  # the search's wall time
     return [
         f"{sha(stdout.encode())}  check/stdout",
         f"{file_hash(path)}  check/r2-s4-k3.json ({same} as data/check)",
