@@ -71,6 +71,8 @@ def check_outputs(out: Path) -> list[str]:
     oracle = ROOT / "data" / "check" / "r2-s4-k3.json"
     same = "same" if path.read_bytes() == oracle.read_bytes() else "DIFFERS"
     stdout = re.sub(r"; [0-9.]+ s$", "", stdout, flags=re.M)  # the search's wall time
+    stdout = stdout.replace(str(out), "OUT")
+    (out / "check.stdout").write_text(stdout)
     return [
         f"{sha(stdout.encode())}  check/stdout",
         f"{file_hash(path)}  check/r2-s4-k3.json ({same} as data/check)",
