@@ -13,7 +13,7 @@ For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer pres
 
 The host polls the tag right before and right after each op's stores and around the read.
 The observed landing position (the op before which the tag was first seen; ``n_ops`` after
-the last; -1 not landed at the read) is fed to ``sim.model.counts_buffer`` to predict what the read
+the last; -1 not landed at the read) is fed to ``sim.model.verdict`` to predict what the read
 returns; ``agree`` says whether real memory returned exactly that. A tag that turned visible
 *between* the polls around one op (``land_during_op``: a window of a microsecond or two of
 Python) leaves it open whether the store came before or after the landing; such reads are
@@ -32,10 +32,11 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from sim.model.counts_buffer import apply_op, apply_step
+from sim.model.counts_buffer import apply_op
 from sim.model.params import TimingParams
 from sim.model.policies import Policy
 from sim.model.schedule import Schedule, StepRecord
+from sim.model.verdict import at_landing, judge, participating
 
 
 class CountsDevice(Protocol):
@@ -467,18 +468,14 @@ def _verdicts(
     during: bool = False,
 ) -> list[dict]:
     prev, cur = schedule.steps[n - 1], schedule.steps[n]
-    dma = prev.accepted
-    predicted_buf = apply_step(
-        prior.astype(np.int64), cur.ops, dma if land >= 0 else None, max(land, 0)
-    )
-    predicted_private = prior.astype(np.int64).copy()
-    if land >= 0:
-        predicted_private[: len(dma)] = dma
-    predicted = _read(policy, predicted_buf, predicted_private, cur)
+    predicted = at_landing(policy, prev.accepted, cur, prior, prior, land).cpu
     rows = np.flatnonzero(cur.prev_positions >= 0)
     src = cur.prev_positions[rows]
     true = prev.accepted[src]
-    gpu = policy.gpu_consumed(observed[rows], true, cur.prev_num_draft_tokens[src] > 0)
+    # What the GDN kernel consumes is judged on what real memory returned.
+    gpu, _cpu_wrong, _gpu_wrong = judge(
+        policy, observed[rows], true, participating(cur.prev_num_draft_tokens, src)
+    )
     out = []
     for row, s, t, g in zip(rows, src, true, gpu, strict=True):
         out.append({

@@ -36,20 +36,21 @@ Reductions: request names and finish-or-unscheduled are not part of a schedule's
 identical buffer states merge, and every (policy, step transition, state) is evaluated once.
 
 For every step ``n >= 1`` of a schedule, every landing position of step ``n-1``'s copy among
-step ``n``'s row operations (0..len(ops)) and "not landed at the read" (-1) is replayed with
-:func:`sim.model.counts_buffer.apply_step` and the policy's own ``cpu_read`` /
-``gpu_consumed`` / ``cpu_wrong``. The wait point prunes landings: a policy that waits before
-the read never sees -1, one that waits before the moves sees only 0, and with async
-scheduling off the copy has landed before ``_update_states`` (0). A copy that has not landed
+step ``n``'s row operations (0..len(ops)) and "not landed at the read" (-1) is judged by
+:func:`sim.model.verdict.at_landing`, the project's one verdict. The wait point prunes
+landings (:func:`sim.model.verdict.landing_positions`): a policy that waits before the read
+never sees -1, one that waits before the moves sees only 0, and with async scheduling off
+the copy has landed before ``_update_states`` (0). A copy that has not landed
 at the read lands right after it (before the next step's operations): later landings are not
 explored. Buffer states are carried from step to step (a wrong read written back changes
 later reads); identical states merge, with their path counts added.
 
 A *counterexample* is an interleaving in which the GDN kernel consumes a wrong count
-(``gpu_consumed != true``); its hazard kind follows :mod:`sim.model.reads` (unlanded, landed
-after a writing op: ownership, before every writing op: double-permute). CPU-wrong reads
-that the correction kernel repairs are counted apart. Per policy and kind the smallest
-counterexample (fewest rows, then steps, then row operations) is kept and told as a story.
+(``gpu_consumed != true``); its hazard kind is :func:`sim.model.verdict.hazard_kind`'s
+(unlanded, landed after a writing op: ownership, before every writing op: double-permute).
+CPU-wrong reads that the correction kernel repairs are counted apart. Per policy and kind the
+smallest counterexample (fewest rows, then steps, then row operations) is kept and told as a
+story.
 """
 
 from __future__ import annotations
@@ -62,7 +63,6 @@ from typing import Any
 import numpy as np
 
 from sim.errors import SpecraceError
-from sim.model.counts_buffer import apply_step
 from sim.model.params import (
     EngineParams,
     Scenario,
@@ -73,9 +73,9 @@ from sim.model.params import (
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
 from sim.model.schedule import StepRecord
 from sim.model.scheduling import build_schedule
+from sim.model.verdict import Transition, at_landing, hazard_kind, landing_positions
 
 BIG = 10**7  # "never": an output length or a KV capacity no run reaches (MAX_TOKENS)
-WRITE_OPS = ("add", "move", "swap")
 # Prompt classes: (prompt_len, prefix_hit_tokens) as a function of the token budget.
 CLASSES = ("p", "h", "L")
 _CLASS_WORD = {"p": "whole prompt", "h": "prefix hit", "L": "chunked prompt"}
@@ -310,54 +310,32 @@ class Outcome:
 
 
 def landings(policy: Policy, async_scheduling: bool, ops) -> list[tuple[int, int]]:
-    """Landing positions a policy can see as (position, how many positions it stands for),
-    the usual one (after every op) first. Positions only a ``remove`` apart (it writes
+    """:func:`sim.model.verdict.landing_positions` as (position, how many positions it stands
+    for), the usual one (after every op) first. Positions only a ``remove`` apart (it writes
     nothing) give the same buffer and kind: one evaluation, the later position speaking."""
-    if not async_scheduling or policy.waits_before_moves:
-        return [(0, 1)]
     out: list[tuple[int, int]] = []
-    for p in range(len(ops), -1, -1):
-        if out and ops[p].kind == "remove":
+    for p in landing_positions(policy, len(ops), async_scheduling):
+        if out and p >= 0 and ops[p].kind == "remove":
             out[-1] = (out[-1][0], out[-1][1] + 1)
         else:
             out.append((p, 1))
-    return out if policy.waits else [*out, (-1, 1)]
+    return out
 
 
-def hazard_kind(ops, landing: int) -> str:
-    """:mod:`sim.model.reads`' kinds, from the landing position instead of times."""
-    if landing < 0:
-        return "unlanded"
-    return "ownership" if any(op.kind in WRITE_OPS for op in ops[:landing]) else "double-permute"
+def _verdict(policy, state, ops, dma, prev_positions, prev_num_draft_tokens, num_reqs, landing):
+    cur = Transition(ops, prev_positions, prev_num_draft_tokens, num_reqs)
+    return at_landing(policy, dma, cur, np.asarray(state[0]), np.asarray(state[1]), landing)
 
 
 def _read(policy, state, ops, dma, prev_positions, prev_num_draft_tokens, num_reqs, landing):
     """The buffers after the step and the read; per read row: source row, true, CPU, GPU,
-    CPU-wrong, by the policy's own methods."""
-    buf = np.asarray(state[0], dtype=np.int64)
-    priv = np.asarray(state[1], dtype=np.int64).copy()
-    into_buf = dma if (dma is not None and not policy.dma_into_private) else None
-    if landing >= 0:
-        buf = apply_step(buf, ops, into_buf, landing)
-        if dma is not None:
-            priv[: len(dma)] = dma
-    else:
-        buf = apply_step(buf, ops, None, 0)
-    cpu = policy.cpu_read(buf, priv, prev_positions, num_reqs)
-    if landing < 0 and dma is not None:  # lands right after the read
-        if into_buf is not None:
-            buf[: len(dma)] = dma
-        priv[: len(dma)] = dma
-    rows = np.flatnonzero(prev_positions[:num_reqs] >= 0)
-    if not rows.size or dma is None:
-        return buf, priv, None
-    src = prev_positions[rows]
-    true = dma[src]
-    participating = prev_num_draft_tokens[src] > 0
-    cpu_r = np.asarray(cpu)[rows]
-    gpu = np.asarray(policy.gpu_consumed(cpu_r, true, participating))
-    cpu_wrong = np.asarray(policy.cpu_wrong(cpu_r, true))
-    return buf, priv, (rows, src, true, cpu_r, gpu, cpu_wrong)
+    CPU-wrong, from :func:`sim.model.verdict.at_landing` (None: nothing read)."""
+    v = _verdict(policy, state, ops, dma, prev_positions, prev_num_draft_tokens, num_reqs, landing)
+    rows = v.rows
+    if not rows.size:
+        return v.buffer, v.private, None
+    r = (rows, v.prev_rows[rows], v.true[rows], v.cpu[rows], v.gpu[rows], v.cpu_wrong[rows])
+    return v.buffer, v.private, r
 
 
 def evaluate(
@@ -371,20 +349,16 @@ def evaluate(
     landing: int,
 ) -> Outcome:
     """One step's row operations with step n-1's copy landing at ``landing``, then the read."""
-    buf, priv, r = _read(
-        policy, state, ops, dma, prev_positions, prev_num_draft_tokens, num_reqs, landing
+    v = _verdict(policy, state, ops, dma, prev_positions, prev_num_draft_tokens, num_reqs, landing)
+    wrong = tuple(
+        Wrong(int(r), int(v.prev_rows[r]), int(v.true[r]), int(v.cpu[r]), int(v.gpu[r]))
+        for r in np.flatnonzero(v.gpu_wrong)
     )
-    wrong: list[Wrong] = []
-    repaired = 0
-    if r is not None:
-        rows, src, true, cpu_r, gpu, cpu_wrong = r
-        gpu_wrong = gpu != true
-        repaired = int((cpu_wrong & ~gpu_wrong).sum())
-        for i in np.flatnonzero(gpu_wrong):
-            wrong.append(Wrong(int(rows[i]), int(src[i]), int(true[i]), int(cpu_r[i]), int(gpu[i])))
-    kind = hazard_kind(ops, landing)
-    new_state = None if wrong else (tuple(int(x) for x in buf), tuple(int(x) for x in priv))
-    return Outcome(landing, new_state, kind, tuple(wrong), repaired)
+    repaired = int((v.cpu_wrong & ~v.gpu_wrong).sum())
+    new_state = (
+        None if wrong else (tuple(int(x) for x in v.buffer), tuple(int(x) for x in v.private))
+    )
+    return Outcome(landing, new_state, v.kind.value, wrong, repaired)
 
 
 TAG = 1000  # symbolic count of step n-1's row q: TAG + q (real counts are <= 16)
@@ -770,7 +744,7 @@ class Checker:
         # Verified on concrete counts: the largest tuple once per transition and state, and the
         # largest failing one (the witness) the first time a kind fails.
         idx = np.flatnonzero(fail)
-        kind = hazard_kind(cur.ops, land)
+        kind = hazard_kind(cur.ops, land).value
         checks = set()
         if not agg.verified:
             checks.add(len(counts) - 1)
@@ -972,14 +946,7 @@ def _provenance(cx: Counterexample, w: Wrong) -> str:
     size = max(prev.num_reqs, cur.num_reqs, max((max(o.a, o.b) for o in cur.ops), default=0) + 1)
     tag_dma = np.arange(100, 100 + prev.num_reqs, dtype=np.int64)
     buf = np.arange(200, 200 + size, dtype=np.int64)
-    priv = buf.copy()
-    into = None if pol.dma_into_private else tag_dma
-    if land >= 0:
-        buf = apply_step(buf, cur.ops, into, land)
-        priv[: len(tag_dma)] = tag_dma
-    else:
-        buf = apply_step(buf, cur.ops, None, 0)
-    tag = int(np.asarray(pol.cpu_read(buf, priv, cur.prev_positions, cur.num_reqs))[w.row])
+    tag = int(at_landing(pol, tag_dma, cur, buf, buf, land).cpu[w.row])
     if 100 <= tag < 100 + prev.num_reqs:
         owner = prev.req_ids[tag - 100]
         return f"{owner}'s {w.cpu}" if owner != cur.req_ids[w.row] else f"its own {w.cpu}"

@@ -24,9 +24,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sim.errors import SpecraceError
-from sim.model.counts_buffer import apply_dma, apply_op
+from sim.model.counts_buffer import apply_op
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
 from sim.model.schedule import Schedule
+from sim.model.verdict import NOT_LANDED, at_landing, land_copy, landing_positions
 
 ROW_OPS = ("remove", "add", "move", "swap")
 OP_COLORS = {
@@ -120,10 +121,10 @@ def replay_buffer(
             if step == skip_dma:
                 continue
             counts = schedule.steps[step].accepted
-            apply_dma(buf, counts, None)
-            private[: len(counts)] = counts
+            land_copy(policy, buf, private, counts)
             dma_done.add(step)
-            writes.extend((t, step, "dma", r, int(v)) for r, v in enumerate(counts))
+            if not policy.dma_into_private:  # #51599: the copy never writes B
+                writes.extend((t, step, "dma", r, int(v)) for r, v in enumerate(counts))
         elif what == "read":
             rec = schedule.steps[step]
             old = buf.copy()
@@ -168,40 +169,22 @@ def landing_outcomes(
     start_ns: int,
     end_ns: int,
 ) -> list[LandingOutcome]:
-    """R's CPU and consumed count for each place step-1's DMA can land in step ``step``:
-    before each row op, after the last, and (for a policy that never waits) after the read.
-    ``buf0``/``private0``: the buffers before the first op, without that DMA."""
+    """R's CPU and consumed count for each place step-1's DMA can land in step ``step``
+    (:func:`sim.model.verdict.landing_positions`): before each row op, after the last, and
+    (for a policy that never waits) after the read. ``buf0``/``private0``: the buffers before
+    the first op, without that DMA."""
     rec, prev = schedule.steps[step], schedule.steps[step - 1]
-    ops = rec.ops
-    pp = rec.prev_positions
-    true = prev.accepted[pp[row]]
-    participating = rec.prev_num_draft_tokens[pp[row]] > 0
-    counts = prev.accepted
-
-    def outcome(land_before: int | None) -> tuple[int, int]:
-        buf, private = buf0.copy(), private0.copy()
-        for i, op in enumerate(ops):
-            if land_before == i:
-                apply_dma(buf, counts, None)
-                private[: len(counts)] = counts
-            apply_op(buf, op, i, None)
-        if land_before == len(ops):
-            apply_dma(buf, counts, None)
-            private[: len(counts)] = counts
-        cpu = policy.cpu_read(buf, private, pp, rec.num_reqs)[row]
-        gpu = policy.gpu_consumed(np.array([cpu]), np.array([true]), np.array([participating]))
-        return int(cpu), int(gpu[0])
-
-    # A policy that waits before the moves sees every landing before them.
-    positions = [0] if policy.waits_before_moves else list(range(len(ops) + 1))
-    bounds = [start_ns, *op_write_ns, read_ns]
+    seen = landing_positions(policy, len(rec.ops), schedule.async_scheduling)
+    positions = sorted(p for p in seen if p >= 0)
+    # One position (a wait before the moves, or async off): every landing before the read.
+    bounds = [start_ns, *op_write_ns, read_ns] if len(positions) > 1 else [start_ns, read_ns]
     out = []
-    for p in positions:
-        lo = bounds[p] if not policy.waits_before_moves else start_ns
-        hi = bounds[p + 1] if not policy.waits_before_moves else read_ns
-        out.append(LandingOutcome(p, lo, hi, *outcome(p)))
-    if not policy.waits:
-        out.append(LandingOutcome(-1, read_ns, end_ns, *outcome(None)))
+    for i, p in enumerate(positions):
+        v = at_landing(policy, prev.accepted, rec, buf0, private0, p)
+        out.append(LandingOutcome(p, bounds[i], bounds[i + 1], int(v.cpu[row]), int(v.gpu[row])))
+    if NOT_LANDED in seen:
+        v = at_landing(policy, prev.accepted, rec, buf0, private0, NOT_LANDED)
+        out.append(LandingOutcome(NOT_LANDED, read_ns, end_ns, int(v.cpu[row]), int(v.gpu[row])))
     return out
 
 
