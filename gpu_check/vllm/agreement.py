@@ -43,22 +43,17 @@ CLOSE_CALL_NS = 100_000
 
 
 def policy_for(mode: str, vllm_version: str, runner: str = "v1") -> Policy:
-    """The sim policy that ``sim.resolve`` assigns a measured configuration."""
-    from sim.resolve.resolution import RELEASES, VllmSetup, resolve
+    """The sim policy that ``sim.resolve`` assigns a measured configuration (async scheduling
+    on, prefix caching on exactly with align); a release sim.resolve does not model is an
+    error, not a guess."""
+    from sim.resolve.resolution import VllmSetup, resolve
 
-    if vllm_version in RELEASES:
-        setup = VllmSetup(
-            vllm=vllm_version, runner=runner, mamba_cache_mode=mode, async_scheduling="on",
-            prefix_caching="on" if mode == "align" else "off",
-            max_num_seqs=64, max_num_batched_tokens=2048,
-        )  # fmt: skip
-        return get_policy(resolve(setup).policy)
-    if mode == "align":
-        return get_policy("align")
-    if mode == "none":
-        major_minor = tuple(int(x) for x in (vllm_version or "0.24").split(".")[:2])
-        return get_policy("device-authoritative" if major_minor >= (0, 24) else "synced-gather")
-    raise SpecraceError(f"no policy for mamba_cache_mode {mode!r}")
+    setup = VllmSetup(
+        vllm=vllm_version, runner=runner, mamba_cache_mode=mode, async_scheduling="on",
+        prefix_caching="on" if mode == "align" else "off",
+        max_num_seqs=64, max_num_batched_tokens=2048,
+    )  # fmt: skip
+    return get_policy(resolve(setup).policy)
 
 
 def predict_step(
