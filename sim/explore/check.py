@@ -70,7 +70,7 @@ from sim.model.params import (
     TimingParams,
     WorkloadParams,
 )
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.policies import ALL, SYNC_SCHEDULING, Policy, named, select
 from sim.model.schedule import StepRecord
 from sim.model.scheduling import build_schedule
 from sim.model.verdict import Transition, at_landing, hazard_kind, landing_positions
@@ -845,15 +845,7 @@ def schedule_key(records: list[StepRecord]) -> tuple:
 
 def check(space: Space, policy_names: list[str]) -> CheckResult:
     """Run the bounded-exhaustive check for the named policies (``async-off`` included)."""
-    pols = []
-    for name in policy_names:
-        if name == SYNC_SCHEDULING.name:
-            pols.append(SYNC_SCHEDULING)
-        elif name in POLICIES:
-            pols.append(POLICIES[name])
-        else:
-            known = ", ".join([*POLICIES, SYNC_SCHEDULING.name])
-            raise SpecraceError(f"unknown policy {name!r} (known: {known}, all)")
+    pols = [named(name) for name in policy_names]
     concrete: set[str] = set()
     while True:
         try:
@@ -869,7 +861,7 @@ class _NotSymbolic(Exception):
 
 
 def all_policy_names() -> list[str]:
-    return [*POLICIES, SYNC_SCHEDULING.name]
+    return [p.name for p in select(ALL, async_off=True)]
 
 
 # -- stories and JSON -------------------------------------------------------------------------
@@ -940,7 +932,7 @@ def _read_words(cx: Counterexample) -> str:
 def _provenance(cx: Counterexample, w: Wrong) -> str:
     """Whose count the wrong read returned: the same step replayed on tagged values (100 + row
     for step n-1's copy, 200 + row for what the buffer held before the step)."""
-    pol = POLICIES.get(cx.policy, SYNC_SCHEDULING)
+    pol = named(cx.policy)
     cur, prev = cx.records[-1], cx.records[-2]
     land = cx.landings[-1]
     size = max(prev.num_reqs, cur.num_reqs, max((max(o.a, o.b) for o in cur.ops), default=0) + 1)

@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 
 from sim.errors import SpecraceError
 from sim.model.counts_buffer import apply_op
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.policies import POLICIES, Policy, named
 from sim.model.schedule import Schedule
 from sim.model.verdict import NOT_LANDED, at_landing, land_copy, landing_positions
 
@@ -63,11 +63,12 @@ GPU_LANES = {
 
 def policy_for(name: str) -> Policy:
     """The policy a run's ``meta.json`` names (async-off runs name vLLM's synchronous path)."""
-    if name == SYNC_SCHEDULING.name:
-        return SYNC_SCHEDULING
-    if name not in POLICIES:
-        raise SpecraceError(f"unknown policy {name!r} in the run (known: {', '.join(POLICIES)})")
-    return POLICIES[name]
+    try:
+        return named(name)
+    except SpecraceError:
+        raise SpecraceError(
+            f"unknown policy {name!r} in the run (known: {', '.join(POLICIES)})"
+        ) from None
 
 
 # -- the buffer, rebuilt from the trace -------------------------------------------------------
