@@ -10,7 +10,8 @@ data/check oracle), ``sim timeline`` of that run per policy (its data, and the P
 vector tier at three timing points per policy, the golden schedule, the vLLM agreement of
 every committed data/vllm run (also compared with its committed agreement.json), and the
 replay's CPU path (its verdict columns; the host timing columns are the clock's, not ours).
-``meta.json`` is hashed without ``git_commit`` and ``versions`` (ARCHITECTURE.md).
+``meta.json`` is hashed without ``git_commit`` and ``versions`` (the only fields that differ
+between two runs of one commit).
 """
 
 from __future__ import annotations
