@@ -263,7 +263,7 @@ def cmd_replay(args: argparse.Namespace) -> str:
     """Writes into a temporary directory beside --out, renamed into place only on success."""
     from pathlib import Path
 
-    from gpu_check.replay_cli import run_replay_command
+    from gpu_check.replay.cli import run_replay_command
     from sim.errors import SpecraceError
     from sim.model.policies import select
     from sim.runs.io import fresh_output_dir
@@ -282,7 +282,7 @@ def cmd_calibrate(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     _need_cuda()
-    from gpu_check.calibrate import calibrate
+    from gpu_check.replay.calibrate import calibrate
 
     return calibrate(Path(args.out), args.name)
 

@@ -128,7 +128,7 @@ class CudaCounts:
         self.event = torch.cuda.Event()
         self.ns_per_cycle = self._calibrate_spin()
         self.landing_fit: dict = {}  # set by the replay's landing calibration
-        self.clock: Any = None  # gpu_check.device_clock.DeviceClock, made on first use
+        self.clock: Any = None  # gpu_check.replay.device_clock.DeviceClock, made on first use
         self._tag = 0
 
     def _calibrate_spin(self) -> float:
@@ -150,7 +150,7 @@ class CudaCounts:
 
     def device_clock(self) -> Any:
         if self.clock is None:
-            from gpu_check.device_clock import DeviceClock
+            from gpu_check.replay.device_clock import DeviceClock
 
             self.clock = DeviceClock()
         return self.clock
@@ -232,7 +232,7 @@ class ReplayConfig:
     # (ns), increasing; the spin for a target landing is read off it by interpolation.
     spin_table: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     # "spin": a spin kernel of a calibrated length before the copy; "device-clock": a kernel
-    # waiting for the GPU clock to reach the target (gpu_check/device_clock.py), the step's t0
+    # waiting for the GPU clock to reach the target (replay/device_clock.py), the step's t0
     # then set ``lead_ns`` ahead of the launch and the aim ``clock_lag_ns`` early (the lag from
     # the wait's end to the landing, measured in the replay's own launch path)
     aim: str = "spin"

@@ -70,7 +70,7 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
         frames.append(replay(schedule, policy, device, cfg, steps=step_list))
     observed = pd.concat(frames, ignore_index=True)
     if args.gdn:
-        from gpu_check.replay_gdn import add_gdn_columns
+        from gpu_check.replay.gdn import add_gdn_columns
 
         small = None if args.device == "cuda" else {"H": 2, "HV": 4, "K": 16, "V": 8}
         impl = "triton" if args.device == "cuda" else "reference"
