@@ -36,6 +36,7 @@ from sim.model.counts_buffer import apply_op
 from sim.model.params import TimingParams
 from sim.model.policies import Policy
 from sim.model.schedule import Schedule, StepRecord
+from sim.model.trace import EventKind, select
 from sim.model.verdict import at_landing, judge, participating
 
 
@@ -338,11 +339,10 @@ class StepTimeline:
 
 def timeline_from_trace(trace: pd.DataFrame) -> dict[int, StepTimeline]:
     """Per step, from a ``sim run`` trace.parquet: the op stores, the landing, the read."""
-    worker = trace[trace["actor"] == "worker_cpu"]
-    start = worker[worker["event"] == "_update_states"].set_index("step")["time_ns"]
-    read = worker[worker["event"].str.startswith("read_counts")].set_index("step")["time_ns"]
-    land = trace[trace["event"] == "counts_d2h_land"].set_index("step")["time_ns"]
-    ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]
+    start = select(trace, EventKind.UPDATE_STATES).set_index("step")["time_ns"]
+    read = select(trace, EventKind.READ).set_index("step")["time_ns"]
+    land = select(trace, EventKind.LANDING).set_index("step")["time_ns"]
+    ops = select(trace, EventKind.ROW_OP)
     ends = {s: (g["time_ns"] + g["dur_ns"]).to_numpy() for s, g in ops.groupby("step")}
     out = {}
     for step in start.index:

@@ -81,6 +81,7 @@ from sim.model.params import (
 from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import simulate
+from sim.model.trace import UPDATE_STATES
 from sim.resolve.risk import wilson
 from sim.runs.io import atomic_write_text, write_json
 
@@ -467,7 +468,7 @@ def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str,
     m = simulate(sched, sc.timing, policy, seed, trace=True)
     reads = build_reads(sched, m)
     wrong = reads["cpu_wrong"] if policy.consumes_cpu_value else reads["gpu_wrong"]
-    starts = {r[2]: r[0] for r in m.trace_rows or [] if r[4] == "_update_states"}
+    starts = {r[2]: r[0] for r in m.trace_rows or [] if r[4] == UPDATE_STATES}
     regime = {"entry": 0, "between": 0, "after": 0, "waited": 0}
     for n in range(1, len(sched.steps)):
         land, tim = m.timing[n - 1].land_ns, m.timing[n]

@@ -27,9 +27,9 @@ from sim.errors import SpecraceError
 from sim.model.counts_buffer import apply_op
 from sim.model.policies import POLICIES, Policy, named
 from sim.model.schedule import Schedule
+from sim.model.trace import ROW_OPS, EventKind, events, select
 from sim.model.verdict import NOT_LANDED, at_landing, land_copy, landing_positions
 
-ROW_OPS = ("remove", "add", "move", "swap")
 OP_COLORS = {
     "remove": "#8c8c8c",
     "add": "#2ca02c",
@@ -87,13 +87,13 @@ def _events(trace: pd.DataFrame) -> list[tuple]:
     """(time, priority, seq, what, step): ops act at their end, the DMA at its landing; at
     the same nanosecond the DMA goes first (the tie rule of sim.model.cuda)."""
     out = []
-    for seq, r in enumerate(trace.itertuples(index=False)):
-        if r.actor == "default_stream" and r.event == "counts_d2h_land":
-            out.append((int(r.time_ns), 0, seq, "dma", int(r.step)))
-        elif r.actor == "worker_cpu" and r.event in ROW_OPS:
-            out.append((int(r.time_ns + r.dur_ns), 1, seq, str(r.event), int(r.step)))
-        elif r.actor == "worker_cpu" and str(r.event).startswith("read_counts"):
-            out.append((int(r.time_ns), 1, seq, "read", int(r.step)))
+    for seq, ev in enumerate(events(trace)):
+        if ev.kind is EventKind.LANDING:
+            out.append((ev.time_ns, 0, seq, "dma", ev.step))
+        elif ev.kind is EventKind.ROW_OP:
+            out.append((ev.end_ns, 1, seq, ev.name, ev.step))
+        elif ev.kind is EventKind.READ:
+            out.append((ev.time_ns, 1, seq, "read", ev.step))
     return sorted(out)
 
 
@@ -306,12 +306,12 @@ def build_timeline(
     at = trace[trace["step"] == step]
     prev = trace[trace["step"] == step - 1]
     worker = at[at["actor"] == "worker_cpu"]
-    ops = worker[worker["event"].isin(ROW_OPS)]
-    read_rows = worker[worker["event"].str.startswith("read_counts")]
+    ops = select(at, EventKind.ROW_OP)
+    read_rows = select(at, EventKind.READ)
     read_ns = int(read_rows["time_ns"].iloc[0])
-    upd = worker[worker["event"] == "_update_states"]
+    upd = select(at, EventKind.UPDATE_STATES)
     upd_start = int(upd["time_ns"].iloc[0]) if len(upd) else int(read_ns)
-    land = prev[(prev["actor"] == "default_stream") & (prev["event"] == "counts_d2h_land")]
+    land = select(prev, EventKind.LANDING)
     land_ns = int(land["time_ns"].iloc[0]) if len(land) else -1
     d2h = prev[prev["event"] == "counts_d2h"]
     points = [upd_start, read_ns] + ([land_ns] if land_ns >= 0 else [])
