@@ -24,6 +24,7 @@ from sim.model.params import (
 )
 from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
+from sim.model.verdict import HAZARD_KINDS
 from sim.runs.args import seed_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
@@ -208,9 +209,7 @@ def print_table(summaries: list[dict]) -> None:
         "reads",
         "cpu_wrong",
         "gpu_wrong",
-        "unlanded",
-        "ownership",
-        "double-permute",
+        *HAZARD_KINDS,
         "prompt_lost",
         "corrupted_reqs",
         "step_ms",
@@ -224,9 +223,7 @@ def print_table(summaries: list[dict]) -> None:
             s["reads"],
             s["cpu_wrong"],
             s["gpu_wrong"],
-            k.get("unlanded", 0),
-            k.get("ownership", 0),
-            k.get("double-permute", 0),
+            *(k.get(kind, 0) for kind in HAZARD_KINDS),
             s["prompt_state_lost"],
             s["corrupted_requests"],
             f"{s['mean_step_ns'] / 1e6:.3f}",
