@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from sim.model.counts_buffer import apply_op
-from sim.model.params import TimingParams
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import Policy
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.trace import EventKind, select
@@ -251,8 +251,7 @@ class ReplayConfig:
 
 def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:
     """End time of each row op after the launch, as the timing model lays them out."""
-    dur = {"remove": t.worker_remove_ns, "add": t.worker_add_ns,
-           "move": t.worker_condense_move_ns, "swap": t.worker_swap_ns}  # fmt: skip
+    dur = row_op_ns(t)
     n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
     out, now, loop_done = [], 0, False
     for op in rec.ops:

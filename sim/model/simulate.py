@@ -37,7 +37,7 @@ import simpy
 
 from sim.model.counts_buffer import apply_op
 from sim.model.cuda import CudaEvent, Stream
-from sim.model.params import TimingParams
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import SYNC_SCHEDULING, Policy
 from sim.model.rng import (
     Actor,
@@ -249,12 +249,7 @@ class Model:
         env, t, j = self.env, self.t, self.jit_worker
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
         cached_loop_done = False
-        dur = {
-            "remove": t.worker_remove_ns,
-            "add": t.worker_add_ns,
-            "move": t.worker_condense_move_ns,
-            "swap": t.worker_swap_ns,
-        }
+        dur = row_op_ns(t)
         t_update = env.now
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_loop_done:

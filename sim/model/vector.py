@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.model.params import TimingParams
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import SYNC_SCHEDULING, Policy
 from sim.model.reads import READ_COLUMNS
 from sim.model.rng import (
@@ -193,12 +193,7 @@ def simulate_points(
     draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps)  # + row ops per step
     draw_g = StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps)
     draw_s = StepDraws(seed, Actor.STALL, 1, n_steps)
-    op_mean = {
-        "remove": m.worker_remove_ns,
-        "add": m.worker_add_ns,
-        "move": m.worker_condense_move_ns,
-        "swap": m.worker_swap_ns,
-    }
+    op_mean = row_op_ns(m)
 
     R = schedule.max_num_reqs
     # num_accepted_tokens_cpu and #51599's buffer, one column per point; int8 holds every
