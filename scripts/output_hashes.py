@@ -11,7 +11,9 @@ vector tier at three timing points per policy, the golden schedule, the vLLM agr
 every committed data/vllm run (also compared with its committed agreement.json), and the
 replay's CPU path (its verdict columns; the host timing columns are the clock's, not ours).
 ``meta.json`` is hashed without ``git_commit`` and ``versions`` (the only fields that differ
-between two runs of one commit).
+between two runs of one commit). scripts/output_hashes.37bf5b4.txt is the list of main at
+37bf5b4 (before issue #21), made with numpy 2.3.5, pandas 3.1.1, pyarrow 26.0.1, Python 3.11.7;
+other library versions may write other Parquet bytes.
 """
 
 from __future__ import annotations
