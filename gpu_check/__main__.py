@@ -310,16 +310,14 @@ def cmd_replay(args: argparse.Namespace) -> str:
     """Writes into a temporary directory beside --out, renamed into place only on success."""
     from pathlib import Path
 
-    from gpu_check.replay_cli import run_replay_command
+    from gpu_check.replay.cli import run_replay_command
     from sim.errors import SpecraceError
-    from sim.model.policies import get_policy
+    from sim.model.policies import select
     from sim.runs.io import fresh_output_dir
 
     out = Path(args.out)
     try:
-        if args.policy != "all":  # bad input is named before any output is touched
-            for name in args.policy.split(","):
-                get_policy(name)
+        select(args.policy)  # bad input is named before any output is touched
         with fresh_output_dir(out, args.force) as tmp:
             message = run_replay_command(args, tmp, _need_cuda, UsageError)
     except SpecraceError as e:
@@ -331,7 +329,7 @@ def cmd_calibrate(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     _need_cuda()
-    from gpu_check.calibrate import calibrate
+    from gpu_check.replay.calibrate import calibrate
 
     return calibrate(Path(args.out), args.name)
 

@@ -245,12 +245,12 @@ def test_output_into_a_closed_pipe(tmp_path: Path, prog: str) -> None:
 
 
 def test_ctrl_c_in_gpu_check_replay(tmp_path: Path, monkeypatch) -> None:
-    import gpu_check.replay_cli
+    import gpu_check.replay.cli
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(gpu_check.replay_cli, "replay", interrupted)
+    monkeypatch.setattr(gpu_check.replay.cli, "replay", interrupted)
     out = tmp_path / "o"
     code, err = run_cli(["replay", "--device", "cpu", "--steps", "6", "--out", str(out)],
                         gpu_main)  # fmt: skip

@@ -215,3 +215,22 @@ def test_minimal_race_simpy_gives_the_hand_derived_outcome(delay_ns: int, land: 
         r = r_read(minimal(delay_ns, name))
         seen = 0 if policy.waits_before_moves else land
         assert (r["cpu_value"], r["gpu_value"]) == MINIMAL_RACE.expect[name][seen], name
+
+
+def test_the_trace_reads_back_as_typed_events() -> None:
+    """sim.model.trace: every row op of the schedule, one read per step in the policy's read
+    mode, and one landing per step come back typed, in the schedule's order."""
+    from sim.model.trace import EventKind, events, select
+
+    sc = load_scenario("minimal-race")
+    sched = build_schedule(sc, 0, sc.default_steps)
+    res = run_policy(sched, sc, POLICIES["align"], 0)
+    assert res.trace is not None
+    evs = events(res.trace)
+    for step, rec in enumerate(sched.steps):
+        ops = [e for e in evs if e.kind is EventKind.ROW_OP and e.step == step]
+        assert [(e.name, e.req_id) for e in ops] == [(op.kind, op.req_id) for op in rec.ops]
+        reads = [e for e in evs if e.kind is EventKind.READ and e.step == step]
+        assert [e.name for e in reads] == [POLICIES["align"].read_mode]
+    landings = select(res.trace, EventKind.LANDING)
+    assert sorted(landings["step"]) == list(range(len(sched.steps)))

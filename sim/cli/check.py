@@ -42,10 +42,11 @@ def _classes(text: str, flag: str) -> tuple[str, ...]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from sim.explore.check import Space, all_policy_names, check, result_json, story
+    from sim.explore.check import Space, check, result_json, story
+    from sim.model.policies import select
     from sim.runs.io import write_json
 
-    names = all_policy_names() if args.policy == "all" else args.policy.split(",")
+    names = [p.name for p in select(args.policy, async_off=True)]
     space = Space(
         args.max_rows,
         args.steps,

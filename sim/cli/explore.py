@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from sim.errors import SpecraceError
-from sim.model.policies import POLICIES, get_policy
+from sim.model.policies import ALL, POLICIES, select
 from sim.runs.args import int_in, steps_arg
 from sim.runs.io import (
     atomic_write,
@@ -46,8 +46,8 @@ def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
             f"{src}: not a run directory (no meta.json, and no policy sub-directories as "
             "`python -m sim run --policy all` writes)"
         )
-    if policy and policy != "all":
-        get_policy(policy)
+    if policy and policy != ALL:
+        select(policy, many=False)
         sel = [s for s in subs if s[0] == policy]
         if not sel:
             raise SpecraceError(
@@ -119,11 +119,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from sim.explore.sweep import SweepSpec, parse_vary, run_sweep, terminal_log
     from sim.model.params import load_scenario
 
-    policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
-    for name in policies:
-        get_policy(name)
-    if len(set(policies)) != len(policies):
-        raise SpecraceError(f"--policy {args.policy}: a policy appears twice")
+    policies = tuple(p.name for p in select(args.policy))
     if bool(args.vary) == bool(args.swarm):
         raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
     from sim.cli.guards import check_sweep, check_vary

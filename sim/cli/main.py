@@ -23,8 +23,9 @@ from sim.model.params import (
     timing_file_overrides,
     with_overrides,
 )
-from sim.model.policies import POLICIES, get_policy
+from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
+from sim.model.verdict import HAZARD_KINDS
 from sim.runs.args import seed_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
@@ -127,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_stream(args)
     if args.engine == "vector" and not args.no_trace:
         raise SpecraceError("--engine vector writes no trace: add --no-trace")
-    names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
+    names = [p.name for p in select(args.policy, many=False)]
     out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
     note = check_scenario_policy(scenario.engine, args.policy)
@@ -188,9 +189,9 @@ def run_stream(args: argparse.Namespace) -> int:
     from sim.resolve.check import check_scenario_policy
     from sim.runs.run import run_streaming
 
-    if args.policy == "all":
+    if args.policy == ALL:
         raise SpecraceError("--stream runs one policy: name it with --policy")
-    name = get_policy(args.policy).name
+    name = select(args.policy, many=False)[0].name
     source = None
     if args.schedule:
         path = Path(args.schedule)
@@ -226,9 +227,7 @@ def print_table(summaries: list[dict]) -> None:
         "reads",
         "cpu_wrong",
         "gpu_wrong",
-        "unlanded",
-        "ownership",
-        "double-permute",
+        *HAZARD_KINDS,
         "prompt_lost",
         "corrupted_reqs",
         "step_ms",
@@ -242,9 +241,7 @@ def print_table(summaries: list[dict]) -> None:
             s["reads"],
             s["cpu_wrong"],
             s["gpu_wrong"],
-            k.get("unlanded", 0),
-            k.get("ownership", 0),
-            k.get("double-permute", 0),
+            *(k.get(kind, 0) for kind in HAZARD_KINDS),
             s["prompt_state_lost"],
             s["corrupted_requests"],
             f"{s['mean_step_ns'] / 1e6:.3f}",

@@ -9,6 +9,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from sim.errors import SpecraceError
+from sim.model.verdict import HAZARD_KINDS
 from sim.resolve.presets import PRESETS
 from sim.resolve.release_facts import RELEASES
 from sim.resolve.resolution import VllmSetup
@@ -95,9 +96,7 @@ def print_report(rep: RiskReport) -> None:
         f"[{e.per_10k_steps_lo:.1f}, {e.per_10k_steps_hi:.1f}] ({e.wrong_steps:,} of "
         f"{e.steps:,})"
     )
-    kinds = " ".join(
-        f"{k}={e.by_kind.get(k, 0)}" for k in ("unlanded", "ownership", "double-permute")
-    )
+    kinds = " ".join(f"{k}={e.by_kind.get(k, 0)}" for k in HAZARD_KINDS)
     print(f"wrong consumed counts by hazard: {kinds} (prompt state lost: {e.prompt_state_lost})")
     print(f"step {e.mean_step_ns / 1e6:.3f} ms, {e.tokens_per_s:,.0f} tokens/s")
     if e.safe:

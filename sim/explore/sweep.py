@@ -44,6 +44,7 @@ from sim.model.params import Scenario, load_scenario, parse_value, with_override
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
+from sim.model.verdict import HAZARD_KINDS
 from sim.runs.io import ensure_out_dir, read_json, write_json
 from sim.runs.run import run_policy, write_parquet
 
@@ -424,7 +425,7 @@ def _column_order(c: str) -> tuple[int, str]:
 
 def _flat(summary: dict[str, Any]) -> dict[str, Any]:
     flat = {k: v for k, v in summary.items() if k != "by_kind"}
-    for kind in ("unlanded", "ownership", "double-permute"):
+    for kind in HAZARD_KINDS:
         flat[f"kind.{kind}"] = summary["by_kind"].get(kind, 0)
     return flat
 

@@ -236,6 +236,17 @@ class Scenario:
         return dataclasses.asdict(self)
 
 
+def row_op_ns(t: Any) -> dict[str, Any]:
+    """Mean duration of each row operation of ``_update_states``, by kind, for a
+    :class:`TimingParams` (or the vector tier's per-point means, which have the same fields)."""
+    return {
+        "remove": t.worker_remove_ns,
+        "add": t.worker_add_ns,
+        "move": t.worker_condense_move_ns,
+        "swap": t.worker_swap_ns,
+    }
+
+
 _SECTION_CLASSES: dict[str, type] = {
     "engine": EngineParams,
     "workload": WorkloadParams,

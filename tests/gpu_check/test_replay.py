@@ -68,7 +68,7 @@ def test_qwen35_random_landings_agree_with_the_write_log() -> None:
 
 
 def test_gdn_consequence_wrong_iff_diverged(minimal) -> None:
-    from gpu_check.replay_gdn import add_gdn_columns
+    from gpu_check.replay.gdn import add_gdn_columns
 
     sc, sched = minimal
     plan = [2 if n == 4 else 0 for n in range(1, len(sched.steps))]

@@ -5,7 +5,7 @@ Measured (docs/timing.md §3 methods, on the default stream as vLLM's count copy
 
 - ``dma_land_delay_ns``: a 1 KiB ``non_blocking`` D2H queued behind a kernel becomes visible
   in pinned memory this long after the kernel ends. The kernel waits for the GPU clock
-  (``%globaltimer``) to reach an instant the host chose (gpu_check/device_clock.py), so its end
+  (``%globaltimer``) to reach an instant the host chose (replay/device_clock.py), so its end
   is known on the host clock; the delay is the host's first sighting minus that instant. The
   stamp offset it rests on leaves out a zero-copy write's visibility (well under a µs), so this
   reads low by at most that. Recorded beside it, not used: ``dma_land_delay_upper_ns``, the

@@ -13,7 +13,7 @@ For every step N+1 of a ``sim`` schedule, in isolation (device idle, buffer pres
 
 The host polls the tag right before and right after each op's stores and around the read.
 The observed landing position (the op before which the tag was first seen; ``n_ops`` after
-the last; -1 not landed at the read) is fed to ``sim.model.counts_buffer`` to predict what the read
+the last; -1 not landed at the read) is fed to ``sim.model.verdict`` to predict what the read
 returns; ``agree`` says whether real memory returned exactly that. A tag that turned visible
 *between* the polls around one op (``land_during_op``: a window of a microsecond or two of
 Python) leaves it open whether the store came before or after the landing; such reads are
@@ -32,10 +32,12 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from sim.model.counts_buffer import apply_op, apply_step
-from sim.model.params import TimingParams
+from sim.model.counts_buffer import apply_op
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import Policy
 from sim.model.schedule import Schedule, StepRecord
+from sim.model.trace import EventKind, select
+from sim.model.verdict import at_landing, judge, participating
 
 
 class CountsDevice(Protocol):
@@ -127,7 +129,7 @@ class CudaCounts:
         self.event = torch.cuda.Event()
         self.ns_per_cycle = self._calibrate_spin()
         self.landing_fit: dict = {}  # set by the replay's landing calibration
-        self.clock: Any = None  # gpu_check.device_clock.DeviceClock, made on first use
+        self.clock: Any = None  # gpu_check.replay.device_clock.DeviceClock, made on first use
         self._tag = 0
 
     def _calibrate_spin(self) -> float:
@@ -149,7 +151,7 @@ class CudaCounts:
 
     def device_clock(self) -> Any:
         if self.clock is None:
-            from gpu_check.device_clock import DeviceClock
+            from gpu_check.replay.device_clock import DeviceClock
 
             self.clock = DeviceClock()
         return self.clock
@@ -231,7 +233,7 @@ class ReplayConfig:
     # (ns), increasing; the spin for a target landing is read off it by interpolation.
     spin_table: tuple[tuple[int, ...], tuple[int, ...]] | None = None
     # "spin": a spin kernel of a calibrated length before the copy; "device-clock": a kernel
-    # waiting for the GPU clock to reach the target (gpu_check/device_clock.py), the step's t0
+    # waiting for the GPU clock to reach the target (replay/device_clock.py), the step's t0
     # then set ``lead_ns`` ahead of the launch and the aim ``clock_lag_ns`` early (the lag from
     # the wait's end to the landing, measured in the replay's own launch path)
     aim: str = "spin"
@@ -249,8 +251,7 @@ class ReplayConfig:
 
 def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:
     """End time of each row op after the launch, as the timing model lays them out."""
-    dur = {"remove": t.worker_remove_ns, "add": t.worker_add_ns,
-           "move": t.worker_condense_move_ns, "swap": t.worker_swap_ns}  # fmt: skip
+    dur = row_op_ns(t)
     n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
     out, now, loop_done = [], 0, False
     for op in rec.ops:
@@ -337,11 +338,10 @@ class StepTimeline:
 
 def timeline_from_trace(trace: pd.DataFrame) -> dict[int, StepTimeline]:
     """Per step, from a ``sim run`` trace.parquet: the op stores, the landing, the read."""
-    worker = trace[trace["actor"] == "worker_cpu"]
-    start = worker[worker["event"] == "_update_states"].set_index("step")["time_ns"]
-    read = worker[worker["event"].str.startswith("read_counts")].set_index("step")["time_ns"]
-    land = trace[trace["event"] == "counts_d2h_land"].set_index("step")["time_ns"]
-    ops = worker[worker["event"].isin(["remove", "add", "move", "swap"])]
+    start = select(trace, EventKind.UPDATE_STATES).set_index("step")["time_ns"]
+    read = select(trace, EventKind.READ).set_index("step")["time_ns"]
+    land = select(trace, EventKind.LANDING).set_index("step")["time_ns"]
+    ops = select(trace, EventKind.ROW_OP)
     ends = {s: (g["time_ns"] + g["dur_ns"]).to_numpy() for s, g in ops.groupby("step")}
     out = {}
     for step in start.index:
@@ -467,18 +467,14 @@ def _verdicts(
     during: bool = False,
 ) -> list[dict]:
     prev, cur = schedule.steps[n - 1], schedule.steps[n]
-    dma = prev.accepted
-    predicted_buf = apply_step(
-        prior.astype(np.int64), cur.ops, dma if land >= 0 else None, max(land, 0)
-    )
-    predicted_private = prior.astype(np.int64).copy()
-    if land >= 0:
-        predicted_private[: len(dma)] = dma
-    predicted = _read(policy, predicted_buf, predicted_private, cur)
+    predicted = at_landing(policy, prev.accepted, cur, prior, prior, land).cpu
     rows = np.flatnonzero(cur.prev_positions >= 0)
     src = cur.prev_positions[rows]
     true = prev.accepted[src]
-    gpu = policy.gpu_consumed(observed[rows], true, cur.prev_num_draft_tokens[src] > 0)
+    # What the GDN kernel consumes is judged on what real memory returned.
+    gpu, _cpu_wrong, _gpu_wrong = judge(
+        policy, observed[rows], true, participating(cur.prev_num_draft_tokens, src)
+    )
     out = []
     for row, s, t, g in zip(rows, src, true, gpu, strict=True):
         out.append({

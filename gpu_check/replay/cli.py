@@ -23,7 +23,7 @@ from gpu_check.replay import (
 from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, get_policy
+from sim.model.policies import named, select
 from sim.model.schedule import read_schedule
 from sim.model.scheduling import build_schedule
 from sim.runs.limits import MAX_STEPS, guard_resources
@@ -34,8 +34,7 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
     if args.sim_run:
         return _replay_sim_run(args, out, need_cuda, usage_error)
     try:
-        names = list(POLICIES) if args.policy == "all" else args.policy.split(",")
-        policies = [get_policy(n) for n in names]
+        policies = list(select(args.policy))
         if args.schedule:  # the very schedule sim simulated
             schedule = read_schedule(Path(args.schedule))
             scenario = scenario_from_dict(schedule.scenario, "schedule", args.schedule)
@@ -71,7 +70,7 @@ def run_replay_command(args: argparse.Namespace, out: Path, need_cuda, usage_err
         frames.append(replay(schedule, policy, device, cfg, steps=step_list))
     observed = pd.concat(frames, ignore_index=True)
     if args.gdn:
-        from gpu_check.replay_gdn import add_gdn_columns
+        from gpu_check.replay.gdn import add_gdn_columns
 
         small = None if args.device == "cuda" else {"H": 2, "HV": 4, "K": 16, "V": 8}
         impl = "triton" if args.device == "cuda" else "reference"
@@ -121,7 +120,7 @@ def _replay_sim_run(args: argparse.Namespace, out: Path, need_cuda, usage_error)
             if meta["scenario"] != schedule.scenario or meta["seed"] != schedule.seed:
                 raise SpecraceError(f"{d / 'meta.json'}: not the run of {schedule_path}")
             name = meta["policy"]
-            policy = SYNC_SCHEDULING if name == SYNC_SCHEDULING.name else get_policy(name)
+            policy = named(name)
             trace = read_table(d / "trace.parquet", "trace.parquet")
             reads = read_table(d / "reads.parquet", "reads.parquet")
             check_run_tables(schedule, reads, trace, str(d))
