@@ -137,14 +137,10 @@ def forward_schedule(sc: Scenario) -> Schedule:
     return sched
 
 
-def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str, Any]:
-    """One seed: reads, wrong reads, the regime of every step's landing (as
-    :func:`observed_regime` counts it), mean step."""
-    from sim.model.reads import build_reads
-
-    m = simulate(sched, sc.timing, policy, seed, trace=True)
-    reads = build_reads(sched, m)
-    wrong = reads["cpu_wrong"] if policy.consumes_cpu_value else reads["gpu_wrong"]
+def landing_regime(sched: Schedule, m) -> dict[str, int]:
+    """Steps by where step N-1's copy landed for them, as :func:`observed_regime` counts a
+    measured run: at ``_update_states`` (entry), among its ops (between), after its last
+    writing op (after), or not landed when the read began (waited)."""
     starts = {r[2]: r[0] for r in m.trace_rows or [] if r[4] == UPDATE_STATES}
     regime = {"entry": 0, "between": 0, "after": 0, "waited": 0}
     for n in range(1, len(sched.steps)):
@@ -157,13 +153,28 @@ def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str,
             regime["between"] += 1
         else:
             regime["after"] += 1
-    fwd = [t.forward_start_ns for t in m.timing if t.forward_start_ns >= 0]
+    return regime
+
+
+def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str, Any]:
+    """One seed: reads, wrong reads (also at the prefill -> first-spec transition), the regime
+    of every step's landing, mean and median step."""
+    from sim.model.reads import build_reads
+
+    m = simulate(sched, sc.timing, policy, seed, trace=True)
+    reads = build_reads(sched, m)
+    wrong = reads["cpu_wrong"] if policy.consumes_cpu_value else reads["gpu_wrong"]
+    first = reads["prev_drafts"] == 0
+    fwd = np.array([t.forward_start_ns for t in m.timing if t.forward_start_ns >= 0])
     return {
         "reads": int(len(reads)),
         "wrong": int(wrong.sum()),
+        "transitions": int(first.sum()),
+        "wrong_transitions": int((wrong & first).sum()),
         "steps": len(sched.steps) - 1,
         "step_ns": (fwd[-1] - fwd[0]) / (len(fwd) - 1),
-        **regime,
+        "step_ns_median": float(np.median(np.diff(fwd))),
+        **landing_regime(sched, m),
     }
 
 

@@ -23,13 +23,11 @@ from typing import Any
 import numpy as np
 
 from gpu_check.vllm.config import RunConfig, workload
-from gpu_check.vllm.forward import Measured, policy_for, scenario_for
+from gpu_check.vllm.forward import Measured, policy_for, scenario_for, simulate_seed
 from gpu_check.vllm.patches import PATCHES
 from sim.errors import SpecraceError
 from sim.model.policies import get_policy
-from sim.model.reads import build_reads
 from sim.model.scheduling import build_schedule
-from sim.model.simulate import simulate
 from sim.runs.io import write_json
 from sim.runs.stats import wilson
 
@@ -68,33 +66,13 @@ def predict_config(
     policy = (
         get_policy(PATCHES[cfg.patch].sim_policy) if cfg.patch != "none" else policy_for(mode, vllm)
     )
-    tot = {"reads": 0, "wrong": 0, "transitions": 0, "wrong_transitions": 0, "steps": 0}
-    regime = {"entry": 0, "between": 0, "after": 0, "waited": 0}
-    step_ns, per_seed = [], []
-    for seed in range(seeds):
-        m = simulate(sched, sc.timing, policy, seed, trace=True)
-        reads = build_reads(sched, m)
-        wrong = reads["cpu_wrong"] if policy.consumes_cpu_value else reads["gpu_wrong"]
-        first = reads["prev_drafts"] == 0  # the prefill -> first speculative step
-        tot["reads"] += len(reads)
-        tot["wrong"] += int(wrong.sum())
-        tot["transitions"] += int(first.sum())
-        tot["wrong_transitions"] += int((wrong & first).sum())
-        per_seed.append(int(wrong.sum()))
-        starts = {r[2]: r[0] for r in m.trace_rows or [] if r[4] == "_update_states"}
-        for n in range(1, len(sched.steps)):
-            land, tim = m.timing[n - 1].land_ns, m.timing[n]
-            if land < 0 or land > tim.read_ns - tim.wait_ns:
-                regime["waited"] += 1
-            elif land <= starts[n]:
-                regime["entry"] += 1
-            elif tim.op_write_ns and land < tim.op_write_ns[-1]:
-                regime["between"] += 1
-            else:
-                regime["after"] += 1
-        tot["steps"] += len(sched.steps) - 1
-        fwd = np.diff([t.forward_start_ns for t in m.timing if t.forward_start_ns >= 0])
-        step_ns.append(float(np.median(fwd)))
+    keys = ("reads", "wrong", "transitions", "wrong_transitions", "steps")
+    regime_keys = ("entry", "between", "after", "waited")
+    per = [simulate_seed(sched, sc, policy, seed) for seed in range(seeds)]
+    tot = {k_: sum(p[k_] for p in per) for k_ in keys}
+    regime = {k_: sum(p[k_] for p in per) for k_ in regime_keys}
+    per_seed = [p["wrong"] for p in per]
+    step_ns = [p["step_ns_median"] for p in per]
     lo, hi = wilson(tot["wrong"], tot["reads"])
     tlo, thi = wilson(tot["wrong_transitions"], tot["transitions"])
     return {
