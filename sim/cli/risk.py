@@ -158,7 +158,8 @@ def write_report(rep: RiskReport, args: argparse.Namespace) -> None:
     """``--report FILE``: the assessment as one self-contained HTML page, written atomically."""
     from pathlib import Path
 
-    from sim.explore.report import reproduce_argv, risk_page
+    from sim.explore.report import reproduce_argv
+    from sim.resolve.risk_page import risk_page
     from sim.runs.io import atomic_write_text, remove_stale
 
     out = Path(args.report)
