@@ -45,6 +45,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from sim.explore.check import Space, all_policy_names, check, result_json, story
     from sim.runs.io import write_json
 
+    if args.out:  # before the search, which may take minutes
+        from sim.runs.outputs import prepare_file
+
+        prepare_file(Path(args.out))
     names = all_policy_names() if args.policy == "all" else args.policy.split(",")
     space = Space(
         args.max_rows,
@@ -90,8 +94,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_shrink(args: argparse.Namespace) -> int:
     from sim.explore.shrink import shrink_run
+    from sim.runs.outputs import prepare_file
 
     out = Path(args.out) if args.out else Path(args.run) / f"shrunk-{args.step}-{args.req}.toml"
+    prepare_file(out)
     result = shrink_run(Path(args.run), args.step, args.req, out)
     print(result.summary())
     print(f"wrote {out}: rerun with python -m sim run --scenario {out} --policy {result.policy}")

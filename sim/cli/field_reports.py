@@ -10,7 +10,8 @@ from pathlib import Path
 def cmd_field_reports(args: argparse.Namespace) -> int:
     from sim.errors import SpecraceError
     from sim.resolve.field_reports import ARMS, run_all, summary_markdown, summary_rows
-    from sim.runs.io import atomic_write_text, ensure_out_dir, write_json
+    from sim.runs.io import atomic_write_text, write_json
+    from sim.runs.outputs import claim_dir, prepare_dir
 
     arms = tuple(a for a in ARMS if not args.only or a.report == args.only)
     if not arms:
@@ -20,14 +21,16 @@ def cmd_field_reports(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         arms = tuple(replace(a, seeds=args.seeds) for a in arms)
-    out = ensure_out_dir(Path(args.out))
+    out = prepare_dir(Path(args.out), "field-reports", replace=False)
     rows = run_all(arms)
+    claim_dir(out, "field-reports")
     write_json(out / "raw.json", rows)
     write_json(out / "summary.json", summary_rows(rows))
     text = summary_markdown(rows)
     atomic_write_text(out / "summary.md", text)
     print(text, end="")
-    print(f"wrote {out / 'raw.json'}, {out / 'summary.json'}, {out / 'summary.md'}")
+    shown = Path(args.out)
+    print(f"wrote {shown / 'raw.json'}, {shown / 'summary.json'}, {shown / 'summary.md'}")
     return 0
 
 

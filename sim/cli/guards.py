@@ -58,9 +58,9 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
             scenario(dict(zip([k for k, _v in spec.vary], combo, strict=True)))
     if not spec.vary:
         guard_resources(base, spec.steps)
-    for parent in (out, *out.parents):
-        if parent.exists() and not parent.is_dir():
-            raise SpecraceError(f"--out {out}: {parent} is not a directory")
+    from sim.runs.outputs import prepare_dir
+
+    out = prepare_dir(out, "sweep", replace=False)
     remove_stale(out)
     remove_stale(out / "points")
     check_spec_file(out / "sweep.json")

@@ -59,7 +59,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         from sim.runs.io import atomic_write
 
         name = "schedule.parquet"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             head, step_iter = iter_schedule(scenario, args.seed, steps)
 
@@ -73,7 +73,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     else:
         guard_resources(scenario, steps)
         name = "schedule.json"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             sched = build_schedule(scenario, args.seed, steps)
             atomic_write_text(tmp / name, schedule_mod.dumps(sched))
@@ -385,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     s.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     s.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    s.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    s.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     s.add_argument("--format", choices=("json", "parquet"), default="json",
@@ -398,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     r.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     r.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    r.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    r.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     r.add_argument("--schedule", default="",
@@ -487,8 +489,11 @@ def _stdout_that_outlives_its_reader() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim.runs.outputs import record_command
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    record_command("python -m sim", argv)
     _stdout_that_outlives_its_reader()
     try:
         code = args.func(args)
