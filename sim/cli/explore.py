@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sim.errors import SpecraceError
 from sim.model.policies import POLICIES, get_policy
-from sim.runs.args import int_in, steps_arg
+from sim.runs.args import int_in, step_index_arg, steps_arg
 from sim.runs.io import (
     atomic_write,
     atomic_write_text,
@@ -349,7 +349,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pl.add_argument("--policy", default="", help="one policy (or a comma list for a sweep)")
     pl.add_argument("--req", default="", help="replay table: the request to draw")
-    pl.add_argument("--step", type=int, default=None, help="replay table: its step")
+    pl.add_argument("--step", type=step_index_arg, default=None, help="replay table: its step")
     pl.add_argument("--scenario", default="", help="replay table: names the landing positions")
     pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
     pl.add_argument("--svg", action="store_true", help="also write an SVG")
@@ -360,7 +360,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pf.set_defaults(func=cmd_perfetto)
     t = sub.add_parser("timeline", help="one step as a picture: ops, streams, landing, verdict")
     t.add_argument("dir", help="a run directory (also of --policy all: policies stacked)")
-    t.add_argument("--step", type=int, default=None, help="default: the first wrong read")
+    t.add_argument("--step", type=step_index_arg, default=None,
+                   help="default: the first wrong read")  # fmt: skip
     t.add_argument("--req", default="", help="request id (default: the first wrong one)")
     t.add_argument("--policy", default="", help="one policy of a --policy all run")
     t.add_argument("--out", default="", help="path without suffix (writes .png and .svg)")

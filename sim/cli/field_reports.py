@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sim.cli.guards import BUDGET_H
+from sim.runs.args import budget_arg, int_in
+
 
 def cmd_field_reports(args: argparse.Namespace) -> int:
     from sim.errors import SpecraceError
@@ -21,6 +24,11 @@ def cmd_field_reports(args: argparse.Namespace) -> int:
         from dataclasses import replace
 
         arms = tuple(replace(a, seeds=args.seeds) for a in arms)
+    from sim.cli.guards import check_budget, runs_s
+
+    check_budget(f"field-reports of {len(arms)} arms" + (f" x {args.seeds:,} seeds" if args.seeds
+                 else ""), sum(runs_s(a.seeds, a.steps, a.setup.max_num_seqs) for a in arms),
+                 args.budget, "fewer --seeds, or --only one report")  # fmt: skip
     out = prepare_dir(Path(args.out), "field-reports", replace=False)
     rows = run_all(arms)
     claim_dir(out, "field-reports")
@@ -38,5 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f = sub.add_parser("field-reports", help="public bug reports beside the model's prediction")
     f.add_argument("--out", default="data/field_reports")
     f.add_argument("--only", default="", help="one report, e.g. vllm#45100")
-    f.add_argument("--seeds", type=int, default=0, help="override every arm's seed count")
+    f.add_argument("--seeds", type=int_in(0, 10**6, "0..10^6"), default=0,
+                   help="override every arm's seed count")  # fmt: skip
+    f.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse a run estimated to take longer (CPU hours)")  # fmt: skip
     f.set_defaults(func=cmd_field_reports)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
+from sim.cli.guards import check_int_text
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -24,7 +25,7 @@ from sim.model.params import (
 )
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
-from sim.runs.args import seed_arg, steps_arg
+from sim.runs.args import int_in, seed_arg, step_index_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
@@ -35,6 +36,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        check_int_text("--set", key.strip(), value)
         out[key.strip()] = value.strip()
     return out
 
@@ -427,15 +429,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a replay directory or an observed*.parquet file; several are pooled "
                         "(steps kept apart by run)")  # fmt: skip
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
-    c.add_argument("--step", type=int, default=4, help="with --req-id: the step")
+    c.add_argument("--step", type=step_index_arg, default=4, help="with --req-id: the step")
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
-    b.add_argument("--points", type=steps_arg, default=10_000, help="vector-tier timing points")
+    b.add_argument("--points", type=int_in(1, 10**6, "1..10^6"), default=10_000,
+                   help="vector-tier timing points")  # fmt: skip
     b.add_argument("--vector-steps", type=steps_arg, default=1_000, help="vector-tier steps")
-    b.add_argument("--long-steps", type=int, default=20_000,
+    b.add_argument("--long-steps", type=int_in(0, 10**7, "0..10^7"), default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
-    b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
+    b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
                    help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
                    "workers, SimPy tier on 1)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
