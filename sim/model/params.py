@@ -364,6 +364,9 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
     for key in raw:
         if key not in known:
             raise SpecraceError(f"{origin}: unknown key {key!r}")
+    for key in ("name", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise SpecraceError(f"{origin}: {key} must be text, got {type(raw[key]).__name__}")
     try:
         engine = _build(EngineParams, raw.get("engine", {}), "engine", origin)
         workload = _build(WorkloadParams, raw.get("workload", {}), "workload", origin)
