@@ -354,7 +354,14 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
     shutil.copytree(run_tree, tree)
     name = data.draw(st.sampled_from(sorted(COMMANDS)))
     argv_of, reads, writes = COMMANDS[name]
-    needed = sorted({p for pattern in reads for p in tree.glob(pattern) if p.is_file()})
+    needed = sorted(
+        {
+            p
+            for pattern in reads
+            for p in tree.glob(pattern)
+            if p.is_file() and p.name != ".specrace-run.json"
+        }
+    )  # (the marker: unread)
     files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
     out = tree.parent / "out"
     argv = argv_of(tree, out)
@@ -729,7 +736,7 @@ def test_bounds(tmp_path_factory, data: st.DataObject) -> None:
                 data.draw(st.sampled_from(["1", "3", n])), "--budget", "0.002"]  # fmt: skip
     elif what == "bench":
         argv = ["bench", data.draw(st.sampled_from(["--points", "--long-steps", "--sweep"])),
-                n if not n.isdigit() or int(n) > 3 else "-1"]  # fmt: skip
+                n if not n.isdigit() or len(n) > 1 else "-1"]  # fmt: skip
     elif what in ("--set", "--vary"):
         key = data.draw(st.sampled_from(["engine.max_num_seqs", "timing.gpu_prep_ns",
                                          "workload.initial_requests"]))  # fmt: skip
