@@ -45,6 +45,10 @@ KINDS: dict[str, tuple[str, ...]] = {
     "vllm-export": ("export.json", "schedule.json", "*.parquet", "agreement.json"),
     "vllm-forward": ("forward.csv", "forward.md", "summary.json", "timing-*.toml"),
 }  # fmt: skip
+# A file at the top of every unmarked output folder of ours (of some kind).
+_TOP_NAMES = {"meta.json", "schedule.json", "schedule.parquet", "comparison.json",
+              "replay_summary.json", "observed.parquet", "sweep.json", "summary.md", "raw.json",
+              "summary.json", "export.json", "forward.csv"}  # fmt: skip
 # Kinds whose files are too common to know an unmarked folder by: a marker is needed.
 _MARKER_ONLY = {"calibrate", "bench"}
 # What other commands add to an output folder: plots, a Perfetto trace, a shrunk scenario, the
@@ -198,6 +202,12 @@ def owner(folder: Path) -> str | None:
         except (OSError, ValueError, AttributeError):
             kind = None
         return kind if kind in KINDS else None
+    try:  # a folder of no output of ours is known at its top, without walking it
+        top = {p.name for p in folder.iterdir()}
+    except OSError:
+        return None
+    if not top & _TOP_NAMES:
+        return None
     files = _files(folder)
     for kind, patterns in KINDS.items():
         if kind in _MARKER_ONLY or not any(fnmatch.fnmatch(f, patterns[0]) for f in files):
@@ -214,7 +224,7 @@ def foreign_files(folder: Path, kind: str, files: list[str] | None = None) -> li
             if not any(fnmatch.fnmatch(f, p) for p in patterns)]  # fmt: skip
 
 
-FILES_MAX = 100_000  # a folder of more files is no output of ours (and is not walked further)
+FILES_MAX = 10_000  # a folder of more files is no output of ours (and is not walked further)
 
 
 def _files(folder: Path) -> list[str]:
