@@ -735,8 +735,9 @@ def test_bounds(tmp_path_factory, data: st.DataObject) -> None:
                 "--steps", data.draw(st.sampled_from(["2", "3", "8", n])), "--k",
                 data.draw(st.sampled_from(["1", "3", n])), "--budget", "0.002"]  # fmt: skip
     elif what == "bench":
-        argv = ["bench", data.draw(st.sampled_from(["--points", "--long-steps", "--sweep"])),
-                n if not n.isdigit() or len(n) > 1 else "-1"]  # fmt: skip
+        argv = ["bench", "--steps", "50", "--vector-steps", "50", "--points", "10",
+                "--long-steps", "0", "--budget", "0.002",
+                data.draw(st.sampled_from(["--points", "--long-steps", "--sweep"])), n]  # fmt: skip
     elif what in ("--set", "--vary"):
         key = data.draw(st.sampled_from(["engine.max_num_seqs", "timing.gpu_prep_ns",
                                          "workload.initial_requests"]))  # fmt: skip

@@ -244,6 +244,7 @@ def test_counts_have_maximums_and_searches_estimates(tmp_path: Path) -> None:
     assert "--budget 4 to run it" in err or "to run it" in err
     refused(["check", "--max-rows", "2", "--steps", "3", "--budget", "0.000001"], "estimate")
     refused(["bench", "--points", str(10**8)], "--points: must be in 1..10^6")
+    refused(["bench", "--sweep", str(10**6)], "bench: about")  # in range, but days of CPU
     refused(["plot", str(tmp_path), "--step", str(10**12)], "--step: must be in")
     assert list(tmp_path.iterdir()) == []
 

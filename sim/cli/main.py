@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, risk
-from sim.cli.guards import check_int_text
+from sim.cli.guards import BUDGET_H, check_int_text
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -25,7 +25,7 @@ from sim.model.params import (
 )
 from sim.model.policies import POLICIES, get_policy
 from sim.model.scheduling import build_schedule
-from sim.runs.args import int_in, seed_arg, step_index_arg, steps_arg
+from sim.runs.args import budget_arg, int_in, seed_arg, step_index_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
@@ -238,6 +238,10 @@ def print_table(summaries: list[dict]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from sim.cli.guards import bench_s, check_budget
+
+    cost = bench_s(args.steps, args.points, args.vector_steps, args.long_steps, args.sweep)
+    check_budget("bench", cost, args.budget, "fewer --steps, --points, --long-steps or --sweep")
     if args.sweep:
         import json
 
@@ -441,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
                    help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
                    "workers, SimPy tier on 1)")  # fmt: skip
+    b.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse a bench estimated to take longer (CPU hours)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
