@@ -758,7 +758,7 @@ def test_bounds(tmp_path_factory, data: st.DataObject) -> None:
         argv,
         " ".join(a[:40] for a in argv),
         out,
-        invalid=True if what not in ("risk", "check", "field-reports") else None,
+        invalid=True if what not in ("risk", "check", "field-reports", "bench") else None,
     )
 
 

@@ -286,6 +286,8 @@ MEANING = {
     "description a list": (lambda d: d["scenario"].update(description=[1]),
                            "scenario.description: must be text"),
     "a request twice": (lambda d: d["requests"].append(d["requests"][0]), "appears twice"),
+    "requests None": (lambda d: d.update(requests=None), "steps and requests must be lists"),
+    "a request id of a list": (lambda d: d["requests"][0].update(req_id=[1]), "requests[0]"),
 }  # fmt: skip
 
 

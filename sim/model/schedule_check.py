@@ -54,7 +54,10 @@ def check_header(d: dict[str, Any], origin: str) -> None:
     for key in SECTIONS:
         if not isinstance(sc[key], dict):
             raise SpecraceError(f"{origin}: scenario.{key}: must be a table")
-    ids = [r.get("req_id") for r in d.get("requests", []) if isinstance(r, dict)]
+    requests = d.get("requests")  # its shape is the reader's to check: ids of text only here
+    ids = [r.get("req_id") for r in requests if isinstance(r, dict)] if isinstance(
+        requests, list) else []  # fmt: skip
+    ids = [r for r in ids if isinstance(r, str)]
     seen: set = set()
     for i, r in enumerate(ids):
         if r in seen:
