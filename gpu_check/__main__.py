@@ -90,7 +90,8 @@ def build_parser(
     )  # fmt: skip
     y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
     y.add_argument("--out", required=True, help="a new or empty directory")
-    y.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    y.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
 
     c = sub.add_parser("calibrate", help="measure the model's GPU timing parameters (CUDA)")
     c.add_argument("--out", default="data/params", help="directory for NAME.toml and NAME.csv")
@@ -285,9 +286,13 @@ def cmd_bench(args: argparse.Namespace) -> str:
     from gpu_check.environment import environment
     from gpu_check.store import write_csv, write_json
 
+    out = _out_dir(args.out, "bench") if args.out else None
     rows, bw = run_bench(ns=args.ns or NS, k=args.k, seed=args.seed, sweep=args.sweep)
     summary = summarize(rows, bw, environment())
-    if args.out:
+    if out is not None:
+        from sim.runs.outputs import claim_dir
+
+        claim_dir(out, "bench")
         write_csv(rows, os.path.join(args.out, f"{args.name}.csv"))
         write_json(summary, os.path.join(args.out, f"{args.name}_summary.json"))
     if args.json:
@@ -318,20 +323,31 @@ def cmd_replay(args: argparse.Namespace) -> str:
     out = Path(args.out)
     try:
         select(args.policy)  # bad input is named before any output is touched
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="replay") as tmp:
             message = run_replay_command(args, tmp, _need_cuda, UsageError)
     except SpecraceError as e:
         raise UsageError(str(e)) from None
     return message.replace(str(tmp), str(out))
 
 
-def cmd_calibrate(args: argparse.Namespace) -> str:
-    from pathlib import Path
+def _out_dir(text: str, kind: str):
+    """A folder the command writes its files into, checked before any work (``sim.runs.outputs``:
+    new, empty, or specrace's of this kind); created and marked at the first write."""
+    from sim.errors import SpecraceError
+    from sim.runs.outputs import prepare_dir
 
+    try:
+        return prepare_dir(text, kind, replace=False)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> str:
+    out = _out_dir(args.out, "calibrate")
     _need_cuda()
     from gpu_check.replay.calibrate import calibrate
 
-    return calibrate(Path(args.out), args.name)
+    return calibrate(out, args.name)
 
 
 def cmd_summary(args: argparse.Namespace) -> str:
@@ -376,7 +392,8 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    return json.dumps(_vllm_input(export_run, src, Path(args.out), what=src), indent=2)
+    out = _out_dir(args.out, "vllm-export")
+    return json.dumps(_vllm_input(export_run, src, out, what=src), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -385,10 +402,16 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     from gpu_check.vllm.agreement import compare_dir, report_text
 
     folder = Path(args.dir)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise UsageError(f"{args.dir} {what}: give a folder written by vllm-export (or data/vllm)")
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
         rows = _vllm_input(lambda: results(folder)[0], what=folder)
+        if not rows:
+            raise UsageError(f"{args.dir}: no exported run under it (export.json, as "
+                             "gpu_check vllm-export writes)")  # fmt: skip
         if args.markdown:
             from gpu_check.vllm.tables import configs_markdown, summary_markdown
 
@@ -403,7 +426,8 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
 
     from gpu_check.vllm.forward import run_forward, summary_text
 
-    return summary_text(_vllm_input(run_forward, Path(args.dir), Path(args.out), args.seeds))
+    out = _out_dir(args.out, "vllm-forward")
+    return summary_text(_vllm_input(run_forward, Path(args.dir), out, args.seeds))
 
 
 def cmd_vllm_plan(args: argparse.Namespace) -> str:
@@ -468,12 +492,16 @@ def main(
     prog: str = "python -m gpu_check",
     names: dict[str, str] | None = None,
 ) -> int:
+    from sim.runs.outputs import record_command
+
     try:
         args = build_parser(prog, names).parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # what vllm-plan records
+        record_command(prog, argv)
         if args.cmd == "vllm-run":  # its own exit status; one line when CUDA or vLLM is missing
             from gpu_check.vllm.run import main_run
 
+            args.out = str(_out_dir(args.out, "vllm-run"))
             return main_run(args)
         print(COMMANDS[args.cmd](args))
     except UsageError as exc:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from policy_cases import MINIMAL_RACE
 from sim.model.params import load_scenario
@@ -145,7 +146,7 @@ def test_run_cli_json_last_line(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit_s(120),
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("SEED=0\n")
@@ -162,7 +163,7 @@ def test_unknown_policy_is_one_line(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 2 and r.stderr.startswith("error: unknown policy 'yolo'")
     assert len(r.stderr.strip().splitlines()) == 1
@@ -192,7 +193,7 @@ def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 0, r.stderr
     events = json.loads((tmp_path / "trace.perfetto.json").read_text())["traceEvents"]
@@ -202,7 +203,7 @@ def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 2 and "trace.parquet" in r.stderr
 

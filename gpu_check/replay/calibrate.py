@@ -28,6 +28,7 @@ from gpu_check.environment import environment
 from gpu_check.store import write_csv
 from sim.model.params import TimingParams
 from sim.runs.io import atomic_write_text
+from sim.runs.outputs import claim_dir
 
 N = 256
 TIMING_KEYS = {f.name for f in fields(TimingParams)}
@@ -95,6 +96,7 @@ def calibrate(out_dir: Path, name: str) -> str:
     samples = measure()
     env = environment("cuda")
     rows = [{"quantity": q, "ns": v} for q, xs in samples.items() for v in xs]
+    claim_dir(out_dir, "calibrate")
     write_csv(rows, out_dir / f"{name}.csv")
     med = {q: int(np.median(xs)) for q, xs in samples.items()}
     p90 = {q: int(np.percentile(xs, 90)) for q, xs in samples.items()}

@@ -356,7 +356,9 @@ def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     schedule = build_schedule(raw, _recorded_block_size(run_summary, raw["mode"]))
     table = step_table(raw)
     reads = build_reads(raw, schedule, table)
-    out.mkdir(parents=True, exist_ok=True)
+    from sim.runs.outputs import claim_dir
+
+    claim_dir(out, "vllm-export")
     atomic_write_text(out / "schedule.json", dumps(schedule))
     _parquet(reads, out / "observed_vllm.parquet")
     _parquet(table, out / "steps_vllm.parquet")

@@ -292,6 +292,9 @@ def run_forward(root: Path, out: Path, seeds: int = SEEDS) -> dict[str, Any]:
         raise SpecraceError("--seeds must be >= 1")
     configs = find_configs(root)
     cal = calibrate(configs)
+    from sim.runs.outputs import claim_dir
+
+    claim_dir(out, "vllm-forward")
     for name in cal["groups"]:
         atomic_write_text(out / f"timing-{name}.toml", timing_toml(cal, name))
     df = forward_table(configs, cal, seeds)

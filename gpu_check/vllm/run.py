@@ -310,8 +310,9 @@ def run(
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
     from gpu_check.vllm.instrument import calibrate_sleep
+    from sim.runs.outputs import claim_dir
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dir(out, "vllm-run")
     write_model_dir(MODEL_DIR)
     capacity = max(c.max_num_seqs for configs in plan.values() for c in configs)
     summary: dict[str, Any] = {"environment": environment(), "vllm_version": version,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, report, risk
+from sim.cli.guards import BUDGET_H, check_int_text
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
@@ -26,7 +27,7 @@ from sim.model.params import (
 from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
 from sim.model.verdict import HAZARD_KINDS
-from sim.runs.args import seed_arg, steps_arg
+from sim.runs.args import budget_arg, int_in, seed_arg, step_index_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
@@ -37,6 +38,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        check_int_text("--set", key.strip(), value)
         out[key.strip()] = value.strip()
     return out
 
@@ -61,7 +63,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         from sim.runs.io import atomic_write
 
         name = "schedule.parquet"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             head, step_iter = iter_schedule(scenario, args.seed, steps)
 
@@ -75,7 +77,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     else:
         guard_resources(scenario, steps)
         name = "schedule.json"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             sched = build_schedule(scenario, args.seed, steps)
             atomic_write_text(tmp / name, schedule_mod.dumps(sched))
@@ -251,6 +253,10 @@ def print_table(summaries: list[dict]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from sim.cli.guards import bench_s, check_budget
+
+    cost = bench_s(args.steps, args.points, args.vector_steps, args.long_steps, args.sweep)
+    check_budget("bench", cost, args.budget, "fewer --steps, --points, --long-steps or --sweep")
     if args.sweep:
         import json
 
@@ -415,7 +421,8 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     s.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     s.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     s.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    s.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    s.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     s.add_argument("--format", choices=("json", "parquet"), default="json",
@@ -428,7 +435,8 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     r.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     r.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     r.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    r.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    r.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     r.add_argument("--schedule", default="",
@@ -460,17 +468,20 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
                    help="a replay directory or an observed*.parquet file; several are pooled "
                         "(steps kept apart by run)")  # fmt: skip
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
-    c.add_argument("--step", type=int, default=4, help="with --req-id: the step")
+    c.add_argument("--step", type=step_index_arg, default=4, help="with --req-id: the step")
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
-    b.add_argument("--points", type=steps_arg, default=10_000, help="vector-tier timing points")
+    b.add_argument("--points", type=int_in(1, 10**6, "1..10^6"), default=10_000,
+                   help="vector-tier timing points")  # fmt: skip
     b.add_argument("--vector-steps", type=steps_arg, default=1_000, help="vector-tier steps")
-    b.add_argument("--long-steps", type=int, default=20_000,
+    b.add_argument("--long-steps", type=int_in(0, 10**7, "0..10^7"), default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
-    b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
+    b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
                    help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
                    "workers, SimPy tier on 1)")  # fmt: skip
+    b.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse a bench estimated to take longer (CPU hours)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
@@ -529,9 +540,12 @@ def _stdout_that_outlives_its_reader() -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    from sim.runs.outputs import record_command
+
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     args.prog = prog
+    record_command(prog, argv)
     _stdout_that_outlives_its_reader()
     try:
         code = args.func(args)

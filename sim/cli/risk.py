@@ -8,11 +8,14 @@ import json
 import shlex
 from typing import TYPE_CHECKING
 
+from sim.cli.guards import BUDGET_H
 from sim.errors import SpecraceError
 from sim.model.verdict import HAZARD_KINDS
 from sim.resolve.presets import PRESETS
 from sim.resolve.release_facts import RELEASES
 from sim.resolve.resolution import VllmSetup
+from sim.runs.args import budget_arg, int_in
+from sim.runs.limits import MAX_STEPS
 
 if TYPE_CHECKING:  # the simulation (pandas, SimPy) loads only when the command runs
     from sim.resolve.risk import RateEstimate, RiskReport
@@ -34,6 +37,9 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        from sim.cli.guards import check_int_text
+
+        check_int_text("--set", key.strip(), value)
         out[key.strip()] = value.strip()
     return out
 
@@ -134,8 +140,16 @@ def mitigation_rows(rep: RiskReport) -> list[tuple[str, ...]]:
 
 
 def cmd_risk(args: argparse.Namespace) -> int:
+    from sim.cli.guards import RISK_ESTIMATES_MAX, check_budget, runs_s
     from sim.resolve.risk import assess
 
+    estimates = 1 if args.no_mitigations else RISK_ESTIMATES_MAX
+    check_budget(
+        f"risk --seeds {args.seeds:,} --steps {args.steps:,} x {args.max_num_seqs} rows x up to "
+        f"{estimates} paths",
+        runs_s(args.seeds * estimates, args.steps, args.max_num_seqs, args.engine),
+        args.budget, "fewer seeds or steps (or --no-mitigations)",
+    )  # fmt: skip
     rep = assess(
         setup_from_args(args),
         parse_sets(args.set),
@@ -181,8 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--vllm-use-v2-model-runner", default="", metavar="0|1",
                    help="VLLM_USE_V2_MODEL_RUNNER as set in your environment")  # fmt: skip
     r.add_argument("--mamba-cache-mode", default="default", help="none, all, align or default")
-    r.add_argument("--max-num-seqs", type=int, default=64)
-    r.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    r.add_argument("--max-num-seqs", type=int_in(1, 65_536, "1..65,536"), default=64)
+    r.add_argument("--max-num-batched-tokens", type=int_in(1, 2**24, "1..2^24"), default=8192)
     r.add_argument("--platform", default="cuda", help="cuda or ascend")
     r.add_argument("--ascend-branch", default="main", help="vllm-ascend: main or v0.23.0")
     r.add_argument("--mrv2-unsupported", action="append", default=[], metavar="FEATURE",
@@ -194,8 +208,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="roofline (the model preset) or balanced (6 ms forward, where the race "
                    "lives)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    r.add_argument("--seeds", type=int, default=8, help="runs to pool")
-    r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
+    r.add_argument("--seeds", type=int_in(1, 10**6, "1..10^6"), default=8, help="runs to pool")
+    r.add_argument("--steps", type=int_in(2, MAX_STEPS, f"2..{MAX_STEPS:,}"), default=2000,
+                   help="engine steps per run")  # fmt: skip
+    r.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse an assessment estimated to take longer (CPU hours)")  # fmt: skip
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip

@@ -368,6 +368,9 @@ def _parse_toml(text: str, origin: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecraceError(f"{origin}: not valid TOML: {e}") from None
+    except ValueError:  # int() of a literal past Python's 4,300 digits
+        raise SpecraceError(f"{origin}: an integer of thousands of digits is out of range "
+                            "(|x| <= 10^13)") from None  # fmt: skip
     except RecursionError:
         raise SpecraceError(f"{origin}: nested too deeply") from None
 
@@ -378,6 +381,9 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
     for key in raw:
         if key not in known:
             raise SpecraceError(f"{origin}: unknown key {key!r}")
+    for key in ("name", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise SpecraceError(f"{origin}: {key} must be text, got {type(raw[key]).__name__}")
     try:
         engine = _build(EngineParams, raw.get("engine", {}), "engine", origin)
         workload = _build(WorkloadParams, raw.get("workload", {}), "workload", origin)
@@ -428,6 +434,9 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except ValueError:  # int() of a literal past Python's 4,300 digits
+        raise SpecraceError(f"{text[:12]}... ({len(text):,} characters) is out of range "
+                            "(|x| <= 10^13)") from None  # fmt: skip
 
 
 def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:
