@@ -58,7 +58,8 @@ def test_brief_and_picture_change_no_other_output(tmp_path: Path) -> None:
         [*files, Path(PICTURE)]
     )
     for f in files:
-        if f.name != "meta.json":  # meta.json: the commit and versions may differ
+        # meta.json: the commit and versions may differ; the run marker records the command
+        if f.name not in ("meta.json", ".specrace-run.json"):
             assert (plain / f).read_bytes() == (brief / f).read_bytes(), f
 
 

@@ -61,7 +61,7 @@ def test_force_refuses_a_folder_of_a_users_files(tmp_path: Path) -> None:
 def test_force_refuses_a_source_tree(tmp_path: Path) -> None:
     """The report's case: ``sim run --out sim/model --force`` deleted the package's source."""
     src = tmp_path / "model"
-    shutil.copytree(ROOT / "sim" / "model", src)
+    shutil.copytree(ROOT / "sim" / "model", src, ignore=shutil.ignore_patterns("__pycache__"))
     before = snapshot(src)
     refused([*RUN, "--out", str(src), "--force"], "specrace did not write")
     assert snapshot(src) == before
