@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +134,7 @@ def arms_from_args(args: Any) -> list[tuple[str, str, RunConfig]]:
     versions = [v for v in args.vllm.split(",") if v]
     if not versions:
         raise ValueError("--vllm takes a comma list of releases")
-    return [(v, m, replace(c)) for v in versions for m, cs in by_mode.items() for c in cs]
+    return [(v, m, c) for v in versions for m, cs in by_mode.items() for c in cs]
 
 
 def summary_text(doc: dict[str, Any]) -> str:
