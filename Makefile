@@ -24,10 +24,16 @@ $(BASE_STAMP): pyproject.toml setup.py
 $(STAMP): $(BASE_STAMP)
 	@echo "make: installing the test extras (pytest, hypothesis, ruff, CPU torch/triton/fla; a few minutes once)"
 	$(BIN)/python -m pip install -q -e '.[test]'
+	@# tests/test_report.py opens the run report in a real headless Chromium (skipped without it)
+	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "make: installing chromium for the report's browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+		|| echo "make: chromium not installed: tests/test_report.py's browser tests will skip"; \
+	fi
 	touch $@
 
 demo: $(BASE_STAMP)
-	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force
+	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force --brief --picture
 
 # The main suite (long property sweeps bounded: `make test-slow` runs them in full), then the
 # conformance suite against vLLM's real InputBatch in its own env.

@@ -36,8 +36,12 @@ def _int_list(text: str) -> tuple[int, ...]:
     return tuple(_count(65_536)(t) for t in text.split(","))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m gpu_check", description=__doc__.splitlines()[0])
+def build_parser(
+    prog: str = "python -m gpu_check", names: dict[str, str] | None = None
+) -> argparse.ArgumentParser:
+    """The parser; ``prog`` and ``names`` (command -> the name it was typed as) are how the
+    user invoked it, so ``specrace gpu-bench --help`` says ``usage: specrace gpu-bench``."""
+    p = _Parser(prog=prog, description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     r = sub.add_parser("recall", help="associative recall with true vs wrong accepted counts")
@@ -86,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     y.add_argument("--gdn", action="store_true", help="also run the GDN kernel per read")
     y.add_argument("--out", required=True, help="a new or empty directory")
-    y.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    y.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
 
     c = sub.add_parser("calibrate", help="measure the model's GPU timing parameters (CUDA)")
     c.add_argument("--out", default="data/params", help="directory for NAME.toml and NAME.csv")
@@ -104,19 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
-    v.add_argument("--modes", default="align,none", help="comma list of align,none")
-    v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
-    v.add_argument("--num-requests", type=_count(10**6), default=192)
-    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
-    v.add_argument("--seed", type=seed_arg, default=0)
+    _vllm_workload_args(v)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
     v.add_argument(
         "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
     )
-    v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
-    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
+    v.add_argument(
+        "--arm-repeats", type=_count(100), default=1,
+        help="run the --patch arms this many rounds, each in a rotated order (throughput)",
+    )  # fmt: skip
     v.add_argument(
         "--runner", choices=("v1", "v2"), default="v1",
         help="v1: VLLM_USE_V2_MODEL_RUNNER=0 (the racy runner); v2: =1 (MRv2)",
@@ -141,7 +144,52 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("dir", help="data/vllm (version folders of exported runs, with raw/)")
     f.add_argument("--out", required=True, help="output folder (e.g. data/vllm/forward)")
     f.add_argument("--seeds", type=_count(1000), default=5, help="sim seeds per configuration")
+
+    pl = sub.add_parser(
+        "vllm-plan", help="what sim predicts for a vllm-run, written before it runs"
+    )
+    pl.add_argument("--vllm", required=True, help="comma list of releases (0.23.0,0.24.0)")
+    _vllm_workload_args(pl)
+    pl.add_argument("--seeds", type=_count(100), default=3, help="sim seeds per configuration")
+    pl.add_argument("--out", required=True, help="folder for predictions.json")
+
+    oc = sub.add_parser(
+        "vllm-outcome", help="a pre-registered prediction against its runs -> outcome.json"
+    )
+    oc.add_argument("prereg", help="a folder with predictions.json (vllm-plan)")
+    oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
+
+    fg = sub.add_parser("vllm-figure", help="one observed wrong read of a vLLM run, as a timeline")
+    fg.add_argument("dir", help="an exported run folder (v<release>/<mode>_<config>/)")
+    fg.add_argument("--out", required=True, help="the PNG to write")
+    fg.add_argument("--step", type=_count(10**7), help="default: the wrong read with fewest ops")
+    fg.add_argument("--req", help="request id within --step")
+
+    ab = sub.add_parser("vllm-ab", help="the arms table of #45100's A/B and the align fixes")
+    ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
+    ab.add_argument("--out", required=True, help="the summary JSON to write")
+    for cmd, parser in sub.choices.items():
+        parser.prog = f"{prog} {(names or {}).get(cmd, cmd)}"
     return p
+
+
+def _vllm_workload_args(v: argparse.ArgumentParser) -> None:
+    """What ``vllm-run`` runs, shared with ``vllm-plan`` (which predicts the same arms)."""
+    v.add_argument("--modes", default="align,none", help="comma list of align,none")
+    v.add_argument("--configs", default="16:0,64:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
+    v.add_argument("--num-requests", type=_count(10**6), default=192)
+    v.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
+    v.add_argument("--seed", type=seed_arg, default=0)
+    v.add_argument("--arrivals", choices=("all-at-start", "staggered"), default="all-at-start")
+    v.add_argument("--arrival-every", type=_count(10**6), default=2, help="staggered: steps apart")
+    v.add_argument(
+        "--output-range", default="8:160", help="MIN:MAX output tokens per request (default 8:160)"
+    )
+    v.add_argument(
+        "--patch", default="none",
+        help="comma list of arms: none (the wheel as released), private-d2h (#51599's approach), "
+        "sync-before-moves (#53919's approach); each align configuration runs once per arm",
+    )  # fmt: skip
 
 
 def _check_input(fn, *args):
@@ -238,9 +286,13 @@ def cmd_bench(args: argparse.Namespace) -> str:
     from gpu_check.environment import environment
     from gpu_check.store import write_csv, write_json
 
+    out = _out_dir(args.out, "bench") if args.out else None
     rows, bw = run_bench(ns=args.ns or NS, k=args.k, seed=args.seed, sweep=args.sweep)
     summary = summarize(rows, bw, environment())
-    if args.out:
+    if out is not None:
+        from sim.runs.outputs import claim_dir
+
+        claim_dir(out, "bench")
         write_csv(rows, os.path.join(args.out, f"{args.name}.csv"))
         write_json(summary, os.path.join(args.out, f"{args.name}_summary.json"))
     if args.json:
@@ -263,30 +315,39 @@ def cmd_replay(args: argparse.Namespace) -> str:
     """Writes into a temporary directory beside --out, renamed into place only on success."""
     from pathlib import Path
 
-    from gpu_check.replay_cli import run_replay_command
+    from gpu_check.replay.cli import run_replay_command
     from sim.errors import SpecraceError
-    from sim.model.policies import get_policy
+    from sim.model.policies import select
     from sim.runs.io import fresh_output_dir
 
     out = Path(args.out)
     try:
-        if args.policy != "all":  # bad input is named before any output is touched
-            for name in args.policy.split(","):
-                get_policy(name)
-        with fresh_output_dir(out, args.force) as tmp:
+        select(args.policy)  # bad input is named before any output is touched
+        with fresh_output_dir(out, args.force, kind="replay") as tmp:
             message = run_replay_command(args, tmp, _need_cuda, UsageError)
     except SpecraceError as e:
         raise UsageError(str(e)) from None
     return message.replace(str(tmp), str(out))
 
 
+def _out_dir(text: str, kind: str):
+    """A folder the command writes its files into, checked before any work (``sim.runs.outputs``:
+    new, empty, or specrace's of this kind); created and marked at the first write."""
+    from sim.errors import SpecraceError
+    from sim.runs.outputs import prepare_dir
+
+    try:
+        return prepare_dir(text, kind, replace=False)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_calibrate(args: argparse.Namespace) -> str:
-    from pathlib import Path
-
+    out = _out_dir(args.out, "calibrate")
     _need_cuda()
-    from gpu_check.calibrate import calibrate
+    from gpu_check.replay.calibrate import calibrate
 
-    return calibrate(Path(args.out), args.name)
+    return calibrate(out, args.name)
 
 
 def cmd_summary(args: argparse.Namespace) -> str:
@@ -331,7 +392,8 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    return json.dumps(_vllm_input(export_run, src, Path(args.out), what=src), indent=2)
+    out = _out_dir(args.out, "vllm-export")
+    return json.dumps(_vllm_input(export_run, src, out, what=src), indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -340,10 +402,16 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     from gpu_check.vllm.agreement import compare_dir, report_text
 
     folder = Path(args.dir)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise UsageError(f"{args.dir} {what}: give a folder written by vllm-export (or data/vllm)")
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
         rows = _vllm_input(lambda: results(folder)[0], what=folder)
+        if not rows:
+            raise UsageError(f"{args.dir}: no exported run under it (export.json, as "
+                             "gpu_check vllm-export writes)")  # fmt: skip
         if args.markdown:
             from gpu_check.vllm.tables import configs_markdown, summary_markdown
 
@@ -358,7 +426,48 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
 
     from gpu_check.vllm.forward import run_forward, summary_text
 
-    return summary_text(_vllm_input(run_forward, Path(args.dir), Path(args.out), args.seeds))
+    out = _out_dir(args.out, "vllm-forward")
+    return summary_text(_vllm_input(run_forward, Path(args.dir), out, args.seeds))
+
+
+def cmd_vllm_plan(args: argparse.Namespace) -> str:
+    import shlex
+    from pathlib import Path
+
+    from gpu_check.vllm.plan import arms_from_args, plan, summary_text
+
+    arms = _check_input(arms_from_args, args)
+    command = "python -m gpu_check " + shlex.join(args.argv)
+    doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
+    return summary_text(doc)
+
+
+def cmd_vllm_outcome(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.outcome import outcome, outcome_text
+
+    runs = [Path(r) for r in args.runs]
+    return outcome_text(_vllm_input(outcome, Path(args.prereg), runs, what=args.prereg))
+
+
+def cmd_vllm_ab(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.outcome import ab_summary, ab_text
+
+    runs = [Path(r) for r in args.runs]
+    return ab_text(_vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs)))
+
+
+def cmd_vllm_figure(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.figure import figure_for_run
+
+    read = _vllm_input(figure_for_run, Path(args.dir), Path(args.out), args.step, args.req,
+                       what=args.dir)  # fmt: skip
+    return f"{args.out}: step {int(read['step'])}, {read['req_id']}"
 
 
 COMMANDS = {
@@ -371,15 +480,28 @@ COMMANDS = {
     "vllm-export": cmd_vllm_export,
     "vllm-compare": cmd_vllm_compare,
     "vllm-forward": cmd_vllm_forward,
+    "vllm-plan": cmd_vllm_plan,
+    "vllm-outcome": cmd_vllm_outcome,
+    "vllm-ab": cmd_vllm_ab,
+    "vllm-figure": cmd_vllm_figure,
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    prog: str = "python -m gpu_check",
+    names: dict[str, str] | None = None,
+) -> int:
+    from sim.runs.outputs import record_command
+
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(prog, names).parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # what vllm-plan records
+        record_command(prog, argv)
         if args.cmd == "vllm-run":  # its own exit status; one line when CUDA or vLLM is missing
             from gpu_check.vllm.run import main_run
 
+            args.out = str(_out_dir(args.out, "vllm-run"))
             return main_run(args)
         print(COMMANDS[args.cmd](args))
     except UsageError as exc:

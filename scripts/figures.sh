@@ -32,11 +32,14 @@ $PY -m sim sweep --scenario qwen35-mtp3 --policy all --steps 1000 --seeds 2 --qu
     --workers "$WORKERS" --out "$tmp/hazard"
 $PY -m sim plot "$tmp/hazard" --svg --out "$OUT/hazard.png"
 
-# 4. Margins of the wrong reads of `make demo`'s run.
-$PY -m sim run --policy all --seed 0 --steps 2000 --no-trace --out "$tmp/demo" > /dev/null
+# 4. `make demo`'s run: its hazard summary (run --picture) and the margins of its wrong reads.
+$PY -m sim run --policy all --seed 0 --steps 2000 --no-trace --picture --out "$tmp/demo" > /dev/null
+cp "$tmp/demo/hazard_summary.png" "$OUT/demo.png"
 $PY -m sim plot "$tmp/demo" --svg --out "$OUT/margins.png"
 
 # 5. The H200 replay of the minimal race, by landing position (committed data/replay).
 $PY -m sim plot data/replay/observed_minimal-race.parquet --req R --step 4 --svg \
     --out "$OUT/landing.png"
+# 6. One observed wrong read of #45100's A/B in vLLM 0.23.0 (committed data/vllm/ab).
+$PY -m gpu_check vllm-figure data/vllm/ab/v0.23.0/none_s64_d20ms --out "$OUT/vllm-wrong-read.png"
 ls -l "$OUT"

@@ -2,7 +2,7 @@
 # Issue #15's held-out check on an H200, in one command: qwen35-mtp3 simulated by sim at four
 # GPU forward times (4.5, 5, 5.5, 6 ms) and two seeds (7, 11), 425 steps each (3,400 in all),
 # each replayed on the GPU with the model's own op and landing times, once per landing aim:
-# the calibrated spin and the GPU clock (gpu_check/device_clock.py). Then `sim compare` of
+# the calibrated spin and the GPU clock (gpu_check/replay/device_clock.py). Then `sim compare` of
 # each aim's eight tables pooled (landing error, op-placement error, verdicts on close calls).
 # Each run's files are copied into OUT only once complete, so a killed call leaves whole runs.
 #   SPECRACE_COMMIT=<commit> OUT=data/replay/heldout bash scripts/landing_heldout.sh [AIMS]

@@ -43,7 +43,9 @@ def _dispatch(args: list[str]) -> int:
     if args and args[0] in gpu:
         from gpu_check.__main__ import main as gpu_main
 
-        return gpu_main([gpu[args[0]], *args[1:]])
+        return gpu_main(
+            [gpu[args[0]], *args[1:]], prog="specrace", names={v: k for k, v in gpu.items()}
+        )
     if args and args[0] in ("-h", "--help"):
         print(__doc__.splitlines()[0])
         print(f"model (python -m sim): {', '.join(sorted(sim_cmds))}")
@@ -52,4 +54,4 @@ def _dispatch(args: list[str]) -> int:
         return 0
     from sim.cli.main import main as sim_main
 
-    return sim_main(args)
+    return sim_main(args, prog="specrace")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,7 +18,7 @@ def run_sim(*args: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit_s(120),
     )
 
 
@@ -112,7 +113,11 @@ def test_run_and_replay_take_a_schedule_and_refuse_a_foreign_one(tmp_path: Path)
         ):
             out = tmp_path / f"out-{bad.stem}"
             r = subprocess.run(
-                [*argv, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+                [*argv, "--out", str(out)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=limit_s(120),
             )
             lines = r.stderr.strip().splitlines()
             assert r.returncode == 2 and len(lines) == 1 and needle in lines[0], r.stderr

@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -67,7 +68,7 @@ def repo_files() -> list[Path]:
     try:
         out = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=ROOT, capture_output=True, check=True, timeout=60,
+            cwd=ROOT, capture_output=True, check=True, timeout=limit_s(60),
         ).stdout.decode()  # fmt: skip
         files = [ROOT / p for p in out.split("\0") if p]
     except (OSError, subprocess.SubprocessError):

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -248,6 +249,10 @@ COMMANDS: dict[str, tuple] = {
                ["one/shrunk-4-R.toml"]),
     "plot sweep": (lambda t, o: ["plot", str(t / "sweep")], ["sweep/sweep.parquet"],
                    ["sweep/hazard.png"]),
+    "report": (lambda t, o: ["report", str(t / "one")], ["one/*"], ["one/report.html"]),
+    "report all": (lambda t, o: ["report", str(t / "all")], ["all/schedule.json",
+                   "all/*/meta.json", "all/*/reads.parquet", "all/*/trace.parquet"],
+                   ["all/report.html"]),
 }  # fmt: skip
 HOSTILE_INTS = st.sampled_from([-1, -(2**31), 2**31, 10**12, 2**62, 2**63 - 1, 0, 1, 7, 999])
 HOSTILE_JSON = st.one_of(
@@ -353,7 +358,14 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
     shutil.copytree(run_tree, tree)
     name = data.draw(st.sampled_from(sorted(COMMANDS)))
     argv_of, reads, writes = COMMANDS[name]
-    needed = sorted({p for pattern in reads for p in tree.glob(pattern) if p.is_file()})
+    needed = sorted(
+        {
+            p
+            for pattern in reads
+            for p in tree.glob(pattern)
+            if p.is_file() and p.name != ".specrace-run.json"
+        }
+    )  # (the marker: unread)
     files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
     out = tree.parent / "out"
     argv = argv_of(tree, out)
@@ -529,6 +541,297 @@ def test_gpu_check_arguments(tmp_path_factory, run_tree: Path, data: st.DataObje
     watch = (run_tree, d) if given_out is None else (run_tree,)
     check_case("gpu_check arguments", argv, " ".join(argv), given_out, expect=expect,
                watch=watch, prog=gpu_main)  # fmt: skip
+
+
+# -- issue #24: output paths and --force, --scheduler, bounds, schedule meaning ------------------
+DIR_WRITERS: dict[str, tuple[list[str], Callable | None, tuple[str, ...]]] = {
+    # name -> (argv before --out, prog, files a success writes into --out)
+    "run": (["run", "--scenario", "minimal-race", "--policy", "align", "--no-trace",
+             "--steps", "6"], None, ("meta.json", "reads.parquet")),
+    "schedule": (["schedule", "--scenario", "minimal-race", "--steps", "6"], None,
+                 ("schedule.json",)),
+    "replay": (["replay", "--device", "cpu", "--steps", "6", "--policy", "align"], "gpu",
+               ("observed.parquet",)),
+    "sweep": (["sweep", "--scenario", "minimal-race", "--policy", "align", "--vary",
+               "timing.dma_land_delay_ns=1,2", "--steps", "4", "--workers", "1", "--quiet"],
+              None, ("sweep.parquet",)),
+    "field-reports": (["field-reports", "--only", "vllm#45100", "--seeds", "1"], None,
+                      ("summary.md",)),
+}  # fmt: skip
+FILE_WRITERS = {  # name -> argv given the run and the output file
+    "check --out": lambda run, f: ["check", "--max-rows", "1", "--steps", "2", "--out", str(f)],
+    "plot --out": lambda run, f: ["plot", str(run), "--out", str(f)],
+    "shrink --out": lambda run, f: ["shrink", str(run), "--step", "4", "--req", "R", "--out",
+                                    str(f)],
+}  # fmt: skip
+TARGETS = ["user folder", "user folder --force", "source tree --force", "marked --force",
+           "marked", "unmarked run --force", "marked + user file --force", "empty", "new nested",
+           "loop", "dangling", "long name", "long path", "under a file"]  # fmt: skip
+FILE_TARGETS = ["user file", "own figure", "new", "loop", "dangling", "long name",
+                "under a file", "a folder"]  # fmt: skip
+
+
+def _target(d: Path, kind: str, writer: str) -> tuple[Path, list[str], bool | None]:
+    """An --out of ``kind`` under ``d``: (path, extra options, certainly invalid?)."""
+    (d / "file").write_text("a file")
+    os.symlink(d / "loop", d / "loop")
+    os.symlink(d / "nowhere", d / "dangling")
+    mine = d / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    replacing = writer in ("run", "schedule", "replay")
+    force = ["--force"] if kind.endswith("--force") and replacing else []
+    if kind.startswith("user folder"):
+        return mine, force, True
+    if kind.startswith("source tree"):
+        shutil.copytree(ROOT / "sim" / "model" / "timing", d / "src")
+        return d / "src", force, True
+    if kind.startswith(("marked", "unmarked")):
+        out = d / "prev"
+        argv, prog, _files = DIR_WRITERS[writer]
+        code, err = run_cli([*argv, "--out", str(out)], gpu_main if prog else main)
+        assert code == 0, err
+        if kind.startswith("unmarked"):
+            (out / ".specrace-run.json").unlink()
+        if "user file" in kind:
+            (out / "notes.txt").write_text("mine")  # kept by a writer that adds its files
+            return out, force, True if replacing else None
+        # a resumable writer writes into its own kind's folder; a replacing one needs --force
+        resumable = writer in ("sweep", "field-reports")
+        return out, force, None if (force or resumable) else True
+    if kind == "empty":
+        (d / "e").mkdir()
+        return d / "e", [], None
+    return {
+        "new nested": (d / "a" / "b" / "o", [], None),
+        "loop": (d / "loop" / "o", [], True),
+        "dangling": (d / "dangling", [], True),
+        "long name": (d / ("n" * 300), [], True),
+        "long path": (d.joinpath(*["abcdefghij"] * 500), [], True),
+        "under a file": (d / "file" / "o", [], True),
+    }[kind]
+
+
+@FUZZ
+@given(data=st.data())
+def test_output_paths(tmp_path_factory, run_tree: Path, data: st.DataObject) -> None:
+    """Every writer against hostile --out paths: a user's folder or file is never changed."""
+    d = tmp_path_factory.mktemp("outpaths")
+    if data.draw(st.booleans()):
+        writer = data.draw(st.sampled_from(sorted(DIR_WRITERS)))
+        kind = data.draw(st.sampled_from(TARGETS))
+        out, extra, invalid = _target(d, kind, writer)
+        argv, prog, files = DIR_WRITERS[writer]
+        argv = [*argv, "--out", str(out), *extra]
+        replaced = kind in ("marked --force", "unmarked run --force") or (
+            kind == "marked" and writer in ("sweep", "field-reports"))  # fmt: skip
+        watch = (d / "mine", d / "file") if replaced else (d / "mine", d / "file", d / "src")
+        # (a path the file system refuses has no exists(): nothing to watch there)
+        odd = kind.startswith(("loop", "dangling", "long"))
+        given_out = None if replaced or odd else out
+        check_case("output paths", argv, f"{writer} --out {kind}", given_out,
+                   expect=tuple(out / f for f in files), watch=tuple(w for w in watch
+                   if w.exists()), invalid=invalid, prog=gpu_main if prog else main)  # fmt: skip
+        return
+    writer = data.draw(st.sampled_from(sorted(FILE_WRITERS)))
+    kind = data.draw(st.sampled_from(FILE_TARGETS))
+    u, links = d / "u", d / "l"  # the user's folder; the links (not watched: a loop has no stat)
+    u.mkdir()
+    links.mkdir()
+    (u / "file").write_text("a file")
+    os.symlink(links / "loop", links / "loop")
+    os.symlink(links / "nowhere", links / "dangling")
+    run = d / "run"
+    shutil.copytree(run_tree / "one", run)
+    suffix = {"check --out": ".json", "plot --out": ".png", "shrink --out": ".toml"}[writer]
+    f, invalid = {
+        "user file": (u / f"mine{suffix}", True), "new": (u / f"new{suffix}", None),
+        "own figure": (run / "margins.png", None), "loop": (links / "loop" / f"o{suffix}", True),
+        "dangling": (links / "dangling" / f"o{suffix}", True),
+        "long name": (u / ("n" * 300 + suffix), True),
+        "under a file": (u / "file" / f"o{suffix}", True), "a folder": (run, True),
+    }[kind]  # fmt: skip
+    if kind == "user file":
+        f.write_text("mine")
+    if kind == "a folder" and writer == "plot --out":
+        invalid = None  # plot's --out takes its suffix: RUN.png beside the folder
+    if kind == "own figure":  # specrace's, so any writer may replace it
+        assert run_cli(["plot", str(run)])[0] == 0
+    argv = FILE_WRITERS[writer](run, f)
+    watch = (u,) if kind == "new" else (u, run)
+    check_case("output paths", argv, f"{writer} {kind}", None, expect=() if invalid else (f,),
+               watch=watch if invalid else (), invalid=invalid)  # fmt: skip
+
+
+SCHEDULER_ADDRESSES = st.one_of(
+    st.sampled_from(["", " ", "tcp://", "tcp://:1", "localhost", "http://127.0.0.1:80",
+                     "tcp://127.0.0.1:0", "127.0.0.1:99999", "[::1]:1", "tcp://a b:1",
+                     "inproc://x", "tcp://127.0.0.1:1", "tls://127.0.0.1:1",
+                     "tcp://no-such-host.invalid:8786", "GARBAGE", "GARBAGE", "SILENT"]),
+    st.text(max_size=20),
+    st.integers(1, 65535).map(lambda p: f"127.0.0.1:{p}"),
+)  # fmt: skip
+
+
+@FUZZ
+@given(address=SCHEDULER_ADDRESSES)
+def test_scheduler_addresses(tmp_path_factory, address: str) -> None:
+    """``sweep --scheduler`` at addresses with no Dask scheduler: one line, nothing written."""
+    import socket
+    import threading
+
+    pytest.importorskip("distributed")
+    d = tmp_path_factory.mktemp("sched")
+    server = None
+    if address in ("GARBAGE", "SILENT"):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        answer = b"\xff" * 64 if address == "GARBAGE" else b""
+
+        def serve(s=server, answer=answer) -> None:
+            held = []
+            try:
+                while True:
+                    c, _ = s.accept()
+                    held.append(c)
+                    c.sendall(answer)
+            except OSError:
+                pass
+
+        threading.Thread(target=serve, daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    out = d / "sw"
+    argv = ["sweep", "--scenario", "minimal-race", "--policy", "align", "--vary",
+            "timing.dma_land_delay_ns=1,2", "--steps", "4", "--quiet", "--scheduler", address,
+            "--out", str(out)]  # fmt: skip
+    try:
+        check_case("--scheduler", argv, f"--scheduler {address!r}", out, invalid=True)
+    finally:
+        if server is not None:
+            server.close()
+
+
+BOUND_COUNTS = st.one_of(st.integers(1, 3).map(str), st.sampled_from(
+    ["0", "-1", "x", "", "1e3", str(10**6), str(10**9), str(10**12), "9" * 5000]))  # fmt: skip
+
+
+@FUZZ
+@given(data=st.data())
+def test_bounds(tmp_path_factory, data: st.DataObject) -> None:
+    """Counts and searches past their bounds, and integers of any length: refused up front."""
+    d = tmp_path_factory.mktemp("bounds")
+    what = data.draw(st.sampled_from(["risk", "field-reports", "check", "bench", "--set",
+                                      "--vary", "step"]))  # fmt: skip
+    n = data.draw(BOUND_COUNTS)
+    out: Path | None = None
+    if what == "risk":
+        opt = data.draw(st.sampled_from(["--seeds", "--steps", "--max-num-seqs",
+                                         "--max-num-batched-tokens"]))  # fmt: skip
+        argv = ["risk", "--no-mitigations", "--seeds", "1", "--steps", "20", opt, n]
+        argv += ["--budget", "0.002"]  # a valid count may still be a long run: 7 s at most
+    elif what == "field-reports":
+        out = d / "fr"
+        argv = ["field-reports", "--only", "vllm#45100", "--seeds", n, "--budget", "0.002",
+                "--out", str(out)]  # fmt: skip
+    elif what == "check":
+        argv = ["check", "--max-rows", data.draw(st.sampled_from(["1", "2", "8", "9", n])),
+                "--steps", data.draw(st.sampled_from(["2", "3", "8", n])), "--k",
+                data.draw(st.sampled_from(["1", "3", n])), "--budget", "0.002"]  # fmt: skip
+    elif what == "bench":
+        argv = ["bench", "--steps", "50", "--vector-steps", "50", "--points", "10",
+                "--long-steps", "0", "--budget", "0.002",
+                data.draw(st.sampled_from(["--points", "--long-steps", "--sweep"])), n]  # fmt: skip
+    elif what in ("--set", "--vary"):
+        key = data.draw(st.sampled_from(["engine.max_num_seqs", "timing.gpu_prep_ns",
+                                         "workload.initial_requests"]))  # fmt: skip
+        sign = data.draw(st.sampled_from(["", "-", "+"]))
+        big = sign + "9" * data.draw(st.integers(31, 6000))
+        out = d / "o"
+        argv = (["run", "--scenario", "minimal-race", "--set", f"{key}={big}", "--out", str(out)]
+                if what == "--set" else
+                ["sweep", "--scenario", "minimal-race", "--vary", f"{key}=1,{big}", "--out",
+                 str(out)])  # fmt: skip
+    else:
+        cmd = data.draw(st.sampled_from(["plot", "timeline", "compare"]))
+        argv = [cmd, str(d), "--step", data.draw(st.sampled_from(["-1", str(10**7), n]))]
+        if cmd == "compare":
+            argv += ["--req-id", "R"]
+    check_case(
+        "bounds",
+        argv,
+        " ".join(a[:40] for a in argv),
+        out,
+        invalid=True if what not in ("risk", "check", "field-reports", "bench") else None,
+    )
+
+
+SEM_KINDS = ["double op", "drop new", "new again", "finish unremoved", "op req", "async",
+             "discard", "seed", "scenario {}", "name", "description", "request twice",
+             "remove row"]  # fmt: skip
+
+
+def _sem_mutation(sched: dict, data: st.DataObject) -> str:
+    """One change of meaning (every one makes the schedule certainly invalid)."""
+    steps = sched["steps"]
+    with_ops = [i for i, s in enumerate(steps) if s["ops"]]
+    n = data.draw(st.sampled_from(with_ops))
+    st_ = steps[n]
+    kind = data.draw(st.sampled_from(SEM_KINDS))
+    if kind == "double op":
+        i = data.draw(st.integers(0, len(st_["ops"]) - 1))
+        st_["ops"].insert(i, list(st_["ops"][i]))
+    elif kind == "drop new" and st_["new"]:
+        st_["new"].pop()
+    elif kind == "new again" and n > 0 and steps[n - 1]["req_ids"]:
+        st_["new"].append(steps[n - 1]["req_ids"][0])
+    elif kind == "finish unremoved" and n + 1 < len(steps) and st_["req_ids"]:
+        nxt = steps[n + 1]
+        kept = [r for r in st_["req_ids"] if r not in nxt["finished"]]
+        if not kept:
+            return _sem_mutation(sched, data)
+        nxt["finished"].append(kept[0])
+    elif kind == "op req":
+        i = data.draw(st.integers(0, len(st_["ops"]) - 1))
+        st_["ops"][i][3] = st_["ops"][i][3] + "x"
+    elif kind == "async":
+        sched["scenario"]["engine"]["async_scheduling"] = not sched["scenario"]["engine"][
+            "async_scheduling"]  # fmt: skip
+    elif kind == "discard" and st_["discard"]:
+        st_["discard"][0] = data.draw(st.integers(2, 10**6))
+    elif kind == "seed":
+        sched["seed"] = data.draw(st.sampled_from([2**63, 10**30, 2**64 + 1]))
+    elif kind == "scenario {}":
+        sched["scenario"] = {}
+    elif kind in ("name", "description"):
+        sched["scenario"][kind] = data.draw(st.sampled_from([5, [1], {"a": 1}, None, 1.5, True]))
+    elif kind == "request twice":
+        sched["requests"].append(dict(sched["requests"][0]))
+    elif kind == "remove row":
+        rem = [op for op in st_["ops"] if op[0] == "remove"]
+        if not rem:
+            return _sem_mutation(sched, data)
+        rem[0][1] = (rem[0][1] + 1) % sched["scenario"]["engine"]["max_num_seqs"]
+    else:
+        return _sem_mutation(sched, data)
+    return kind
+
+
+@FUZZ
+@given(data=st.data())
+def test_schedule_meaning(tmp_path_factory, good_schedule: dict, data: st.DataObject) -> None:
+    """schedule.json changed in meaning, its shape kept: refused with the step and field."""
+    d = tmp_path_factory.mktemp("meaning")
+    sched = json.loads(json.dumps(good_schedule))
+    kind = _sem_mutation(sched, data)
+    path = d / "schedule.json"
+    path.write_text(json.dumps(sched))
+    out = d / "out"
+    prog = data.draw(st.sampled_from([main, gpu_main]))
+    argv = ["run", "--schedule", str(path), "--no-trace", "--out", str(out)]
+    if prog is gpu_main:
+        argv = ["replay", "--device", "cpu", "--schedule", str(path), "--out", str(out)]
+    check_case("schedule meaning", argv, kind, out, invalid=True, prog=prog)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from sim.model.param_docs import DOCS
 from sim.model.params import builtin_scenarios, builtin_timing_files, parameter_keys
@@ -17,7 +18,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def sim(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sim", *argv], cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "sim", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=limit_s(120),
     )
 
 
@@ -93,7 +98,7 @@ def test_installed_package_runs_from_any_folder(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
          "--target", str(target), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     elsewhere = tmp_path / "elsewhere"
@@ -101,21 +106,21 @@ def test_installed_package_runs_from_any_folder(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(target)}
     cmd = [str(target / "bin" / "specrace")]
     v = subprocess.run([*cmd, "--version"], cwd=elsewhere, env=env, capture_output=True,
-                       text=True, timeout=60)  # fmt: skip
+                       text=True, timeout=limit_s(60))  # fmt: skip
     assert v.returncode == 0 and v.stdout.startswith("specrace 0.") and "commit " in v.stdout
     assert "unknown" not in v.stdout  # the commit was stamped into the package at build time
     r = subprocess.run([*cmd, "run", "--scenario", "minimal-race", "--out", "x"], cwd=elsewhere,
-                       env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+                       env=env, capture_output=True, text=True, timeout=limit_s(120))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert (elsewhere / "x" / "schedule.json").is_file()
     imported = subprocess.run(
         [sys.executable, "-c", "import sim; print(sim.__file__)"], cwd=elsewhere, env=env,
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=limit_s(60),
     ).stdout  # fmt: skip
     assert imported.startswith(str(target))
     g = subprocess.run(
         [*cmd, "padding", "--num-reqs", "72", "--k", "3", "--json"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=limit_s(60),
     )  # fmt: skip
     assert g.returncode == 0 and "72" in g.stdout, g.stderr
 

@@ -108,3 +108,20 @@ def test_fill_one_is_not_a_read_and_cannot_be_wrong() -> None:
 
 def test_sync_scheduling_reads_directly_after_the_landing() -> None:
     assert SYNC_SCHEDULING.waits_before_read and SYNC_SCHEDULING.read_mode == "direct"
+
+
+def test_select_names_policies_as_every_command_takes_them() -> None:
+    from sim.errors import SpecraceError
+    from sim.model.policies import ALL, NO_SPEC, POLICIES, SYNC_SCHEDULING, named, select
+
+    assert select(ALL) == tuple(POLICIES.values())
+    assert select(ALL, async_off=True) == (*POLICIES.values(), SYNC_SCHEDULING)
+    assert [p.name for p in select("align,unsynced")] == ["align", "unsynced"]
+    assert select("async-off", async_off=True) == (SYNC_SCHEDULING,)
+    assert named("async-off") is SYNC_SCHEDULING
+    for bad, kw in (("async-off", {}), ("nope", {}), ("align,unsynced", {"many": False}),
+                    (NO_SPEC, {"async_off": True})):  # fmt: skip
+        with pytest.raises(SpecraceError, match="unknown policy"):
+            select(bad, **kw)
+    with pytest.raises(SpecraceError, match="appears twice"):
+        select("align,align")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
@@ -20,7 +21,11 @@ README = (ROOT / "README.md").read_text()
 
 def command_output(*argv: str) -> str:
     r = subprocess.run(
-        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=limit_s(300),
     )
     assert r.returncode == 0, r.stderr
     return r.stdout

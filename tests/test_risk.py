@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from sim.errors import SpecraceError
 from sim.model.params import load_scenario
@@ -113,7 +114,7 @@ def _risk(*argv: str) -> subprocess.CompletedProcess:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit_s(120),
     )
 
 

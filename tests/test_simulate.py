@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from policy_cases import MINIMAL_RACE
 from sim.model.params import load_scenario
@@ -145,7 +146,7 @@ def test_run_cli_json_last_line(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=limit_s(120),
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("SEED=0\n")
@@ -162,7 +163,7 @@ def test_unknown_policy_is_one_line(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 2 and r.stderr.startswith("error: unknown policy 'yolo'")
     assert len(r.stderr.strip().splitlines()) == 1
@@ -192,7 +193,7 @@ def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 0, r.stderr
     events = json.loads((tmp_path / "trace.perfetto.json").read_text())["traceEvents"]
@@ -202,7 +203,7 @@ def test_trace_spans_and_perfetto_export(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 2 and "trace.parquet" in r.stderr
 
@@ -215,3 +216,22 @@ def test_minimal_race_simpy_gives_the_hand_derived_outcome(delay_ns: int, land: 
         r = r_read(minimal(delay_ns, name))
         seen = 0 if policy.waits_before_moves else land
         assert (r["cpu_value"], r["gpu_value"]) == MINIMAL_RACE.expect[name][seen], name
+
+
+def test_the_trace_reads_back_as_typed_events() -> None:
+    """sim.model.trace: every row op of the schedule, one read per step in the policy's read
+    mode, and one landing per step come back typed, in the schedule's order."""
+    from sim.model.trace import EventKind, events, select
+
+    sc = load_scenario("minimal-race")
+    sched = build_schedule(sc, 0, sc.default_steps)
+    res = run_policy(sched, sc, POLICIES["align"], 0)
+    assert res.trace is not None
+    evs = events(res.trace)
+    for step, rec in enumerate(sched.steps):
+        ops = [e for e in evs if e.kind is EventKind.ROW_OP and e.step == step]
+        assert [(e.name, e.req_id) for e in ops] == [(op.kind, op.req_id) for op in rec.ops]
+        reads = [e for e in evs if e.kind is EventKind.READ and e.step == step]
+        assert [e.name for e in reads] == [POLICIES["align"].read_mode]
+    landings = select(res.trace, EventKind.LANDING)
+    assert sorted(landings["step"]) == list(range(len(sched.steps)))

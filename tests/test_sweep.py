@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from load import limit_s
 
 from sim.errors import SpecraceError
 from sim.explore.analysis import hazard_rates
@@ -82,7 +83,7 @@ def test_swarm_sweep_and_plot_cli(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=limit_s(300),
     )
     assert r.returncode == 0, r.stderr
     df = pd.read_parquet(out / "sweep.parquet")
@@ -92,7 +93,7 @@ def test_swarm_sweep_and_plot_cli(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=limit_s(300),
     )
     assert r.returncode == 0, r.stderr
     assert (out / "hazard.png").read_bytes()[:4] == b"\x89PNG"
@@ -101,7 +102,7 @@ def test_swarm_sweep_and_plot_cli(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=limit_s(60),
     )
     assert r.returncode == 2 and "neither a sweep" in r.stderr
 
@@ -157,17 +158,17 @@ def test_sweep_cli_quiet_and_bad_workers(tmp_path: Path) -> None:
             "--vary", "timing.gpu_forward_ns_base=3000000", "--workers", "1"]  # fmt: skip
     r = subprocess.run(
         [*args, "--quiet", "--out", str(tmp_path / "q")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0 and r.stderr == "", r.stderr
     r = subprocess.run(
         [*args, "--out", str(tmp_path / "p")], cwd=ROOT, capture_output=True, text=True,
-        timeout=300,
+        timeout=limit_s(300),
     )  # fmt: skip
     assert "[1/1] 100 %" in r.stderr
     r = subprocess.run(
         [*args[:-1], "-3", "--out", str(tmp_path / "x")],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(60),
     )  # fmt: skip
     assert r.returncode == 2 and "error: argument --workers: must be in 0..4096" in r.stderr
     assert len(r.stderr.splitlines()) == 1 and not (tmp_path / "x").exists()
@@ -234,10 +235,10 @@ def test_sweep_cli_engine_flag(tmp_path: Path) -> None:
             "--vary", "timing.gpu_forward_ns_base=3000000", "--workers", "1"]  # fmt: skip
     args.append("--quiet")
     r = subprocess.run([*args, "--engine", "simpy", "--out", str(tmp_path / "s")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+                       cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "s" / "sweep.json").read_text())["engine"] == "simpy"
     r = subprocess.run([*args, "--out", str(tmp_path / "s")],  # the default: vector
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+                       cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))  # fmt: skip
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "--engine simpy" in r.stderr
     assert r.stderr.count("\n") == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from load import limit_s
 
 from sim.errors import SpecraceError
 from sim.explore.timeline import build_timeline, replay_buffer, timeline_figure
@@ -104,24 +105,24 @@ def test_timeline_cli_on_a_policy_all_run(tmp_path: Path) -> None:
     run = [sys.executable, "-m", "sim"]
     r = subprocess.run(
         [*run, "run", "--scenario", "minimal-race", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     r = subprocess.run(
         [*run, "timeline", str(out), "--policy", "align"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "R at step 4" in r.stdout
     assert (out / "align" / "timeline.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "align" / "timeline.svg").read_text().lstrip().startswith("<?xml")
     r = subprocess.run(
-        [*run, "timeline", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [*run, "timeline", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300)
     )
     assert r.returncode == 0, r.stderr
     assert (out / "timeline.png").is_file()  # all policies side by side
     r = subprocess.run(
-        [*run, "perfetto", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [*run, "perfetto", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300)
     )
     assert r.returncode == 0, r.stderr
     events = json.loads((out / "trace.perfetto.json").read_text())["traceEvents"]
@@ -129,12 +130,12 @@ def test_timeline_cli_on_a_policy_all_run(tmp_path: Path) -> None:
     assert names == {f"minimal-race · {p}" for p in POLICIES}
     r = subprocess.run(
         [*run, "plot", str(out), "--policy", "align"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0 and (out / "align" / "margins.png").is_file(), r.stderr
     r = subprocess.run(
         [*run, "timeline", str(out), "--policy", "nope"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(60),
     )  # fmt: skip
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
 

@@ -1,44 +1,10 @@
 """Float64 PyTorch reference of vLLM v0.24.0's GDN speculative-decoding kernels.
 
-Ground truth for `gdn_spec.py` (our Triton kernel) and for fla-core's KDA spec path. It mirrors
-docs/mechanism.md §5.3; the recurrence itself is docs/gdn.md §3 written V-first.
-
-Recurrent part (`fused_sigmoid_gating_delta_rule_update`):
-
-* State pool `ssm_state [num_blocks, HV, V, K]` (V-first, as v0.24.0 stores it). Block 0 is
-  `NULL_BLOCK_ID`: it never holds a real state.
-* One "program" per request n. T_n = cu[n+1] - cu[n]; T_n = 0 writes nothing (cudagraph pad row).
-* Read slot: `col = num_accepted_tokens[n] - 1` (spec) or 0 (non-spec); `src = indices[n, col]`.
-  v0.24.0 returns when `src <= 0`: no output and no state written for that request.
-* After token t the state is stored to `indices[n, t]`, skipped when that id is <= 0.
-* Per token (h = hv // (HV/H) is the key head of value head hv):
-  q <- q/sqrt(|q|^2+1e-6) * K^-1/2, k <- k/sqrt(|k|^2+1e-6);
-  g = -exp(A_log)*softplus(a+dt_bias), beta = sigmoid(b);
-  S <- exp(g) S;  u = beta (v - S k);  S <- S + u k^T;  o = S q.
-
-Conv part (`causal_conv1d_update`, §5.3 item 1):
-
-* One conv buffer per request, in slot 0's block: `conv_state [num_blocks, dim, W-1+k]` (the SD
-  layout with the feature dim first). The request's window is read at column offset `a-1`,
-  W-1 columns wide; output t is `act(bias + sum_j w[:, j] * xs[t+j])` over `xs = window ++ x`.
-* Write-back: the buffer becomes `xs[1:]`, i.e. `[history_2 .. history_{W-1}, x_0 .. x_{T-1}]`,
-  so the next step's offset `a'-1` selects the window that ends at its last accepted token.
-
-Where the reference documents are unclear, and what this module assumes:
-
-1. §5.3 gives the post-step buffer only for a full step (T = 1+k tokens). For T < 1+k this module
-   writes `xs[1:]` from column 0 and leaves the remaining columns untouched, which keeps the
-   next read self-consistent. vLLM's kernel may place the new tokens elsewhere in that case; the
-   two agree for T = 1+k, the only length uniform MTP batches (and every caller here) produce.
-2. Where the prefill leaves the conv history is not stated. Offset 0 must select it at the first
-   spec step (a = 1), so `conv_prefill_buffer` puts the last W-1 prompt inputs in columns
-   0..W-2 and leaves the k extra columns as they were (zero in a fresh block).
-3. v0.24.0's conv kernel skips `NULL_BLOCK_ID` by equality; this module skips any index <= 0, the
-   same as the recurrent kernel. Negative ids never occur in v0.24.0.
-4. A count outside [1, k+1] or T_n > k+1 would make vLLM's kernels read or write outside the
-   request's row; the reference raises instead of guessing.
-5. Non-spec rows (`num_accepted_tokens is None`) take 1-D indices: read and write slot `indices[n]`
-   (vLLM only runs T = 1 there; longer rows simply end with the final state in that slot).
+Ground truth for `gdn_spec.py` (our Triton kernel) and for fla-core's KDA spec path: the
+recurrent part (`fused_sigmoid_gating_delta_rule_update`, state pool V-first, read slot
+`num_accepted_tokens[n] - 1`) and the conv part (`causal_conv1d_update`, one buffer per request
+read at offset `a-1`). docs/gdn.md §8 states both exactly, with the five places where the
+reference documents are unclear and what this module assumes there.
 """
 
 from __future__ import annotations

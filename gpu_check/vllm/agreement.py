@@ -3,10 +3,10 @@
 Input: a folder from ``vllm-export``: vLLM's own schedule (``schedule.json``), the measured
 landing of each step's D2H among the next step's row ops and the buffer the ops started from
 (``steps_vllm.parquet``), and the observed reads (``observed_vllm.parquet``). Only sim's public
-model API is used: :func:`sim.model.counts_buffer.apply_step` replays step N+1's row ops on the
-buffer with step N's counts landing where they were seen to land, and the :class:`Policy` of
-the configuration says when the worker waits, what the CPU builds from the buffer
-(:meth:`Policy.cpu_read`) and what the GDN kernel consumes (:meth:`Policy.gpu_consumed`):
+model API is used: :func:`sim.model.verdict.at_landing` replays step N+1's row ops on the
+buffer with step N's counts landing where they were seen to land, and judges the reads by the
+:class:`Policy` of the configuration (when the worker waits, what the CPU builds from the
+buffer, what the GDN kernel consumes).
 
 The policy is the one ``sim.resolve`` assigns the run's configuration (release, runner,
 ``mamba_cache_mode``, prefix caching on with align, async scheduling on): align -> ``align``,
@@ -34,37 +34,26 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.model.counts_buffer import apply_step
 from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord, read_schedule
+from sim.model.verdict import at_landing, seen_landing
 from sim.runs.io import atomic_write, atomic_write_text, read_parquet
 
 CLOSE_CALL_NS = 100_000
 
 
 def policy_for(mode: str, vllm_version: str, runner: str = "v1") -> Policy:
-    """The sim policy that ``sim.resolve`` assigns a measured configuration."""
-    from sim.resolve.resolution import RELEASES, VllmSetup, resolve
+    """The sim policy that ``sim.resolve`` assigns a measured configuration (async scheduling
+    on, prefix caching on exactly with align); a release sim.resolve does not model is an
+    error, not a guess."""
+    from sim.resolve.resolution import VllmSetup, resolve
 
-    if vllm_version in RELEASES:
-        setup = VllmSetup(
-            vllm=vllm_version, runner=runner, mamba_cache_mode=mode, async_scheduling="on",
-            prefix_caching="on" if mode == "align" else "off",
-            max_num_seqs=64, max_num_batched_tokens=2048,
-        )  # fmt: skip
-        return get_policy(resolve(setup).policy)
-    if mode == "align":
-        return get_policy("align")
-    if mode == "none":
-        major_minor = tuple(int(x) for x in (vllm_version or "0.24").split(".")[:2])
-        return get_policy("device-authoritative" if major_minor >= (0, 24) else "synced-gather")
-    raise SpecraceError(f"no policy for mamba_cache_mode {mode!r}")
-
-
-def _padded(a: np.ndarray, n: int, fill: int = 1) -> np.ndarray:
-    out = np.full(max(n, len(a)), fill, dtype=np.int64)
-    out[: len(a)] = a
-    return out
+    setup = VllmSetup(
+        vllm=vllm_version, runner=runner, mamba_cache_mode=mode, async_scheduling="on",
+        prefix_caching="on" if mode == "align" else "off",
+        max_num_seqs=64, max_num_batched_tokens=2048,
+    )  # fmt: skip
+    return get_policy(resolve(setup).policy)
 
 
 def predict_step(
@@ -75,25 +64,12 @@ def predict_step(
     land_pos: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(cpu, gpu) per row of ``cur``: step N's counts land before ``cur.ops[land_pos]``
-    (``len(ops)``: after the last; -1: not before the read)."""
-    n_ops = len(cur.ops)
-    if policy.waits_before_moves:
-        land_pos = 0
-    elif land_pos < 0:
-        land_pos = n_ops if policy.waits else -1  # a waiting policy reads only after the landing
-    dma = prev.accepted if land_pos >= 0 else None
-    buf = apply_step(buffer_before.astype(np.int64), cur.ops, dma, max(land_pos, 0))
-    private = buffer_before.astype(np.int64).copy()
-    if dma is not None:
-        private[: len(dma)] = dma
-    pp = cur.prev_positions
-    cpu = policy.cpu_read(buf, private, pp, cur.num_reqs)
-    src = np.maximum(pp, 0)
-    true = np.where(pp >= 0, _padded(prev.accepted, len(buffer_before))[src], 1)
-    pnd = _padded(cur.prev_num_draft_tokens, len(buffer_before), fill=0)
-    participating = (pp >= 0) & (pnd[src] > 0)
-    gpu = policy.gpu_consumed(cpu, true, participating)
-    return np.asarray(cpu, dtype=np.int64), np.asarray(gpu, dtype=np.int64)
+    (``len(ops)``: after the last; -1: not before the read), where the policy's read sees it
+    (:func:`sim.model.verdict.seen_landing`); judged by :func:`sim.model.verdict.at_landing`."""
+    seen = seen_landing(policy, land_pos, len(cur.ops))
+    before = np.asarray(buffer_before, dtype=np.int64)
+    v = at_landing(policy, prev.accepted, cur, before, before, seen)
+    return np.asarray(v.cpu, dtype=np.int64), np.asarray(v.gpu, dtype=np.int64)
 
 
 def predict_reads(
@@ -192,6 +168,10 @@ def compare_dir(folder: Path) -> dict[str, Any]:
             f"{folder}/export.json missing or unreadable (run vllm-export)"
         ) from None
     policy = policy_for(meta["mode"], meta.get("vllm_version", ""), meta.get("runner", "v1"))
+    if meta.get("patch", "none") != "none":  # a vllm-run --patch arm: the policy of its fix
+        from gpu_check.vllm.patches import PATCHES
+
+        policy = get_policy(PATCHES[meta["patch"]].sim_policy)
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
     atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))

@@ -118,11 +118,17 @@ class RunConfig:
     arrivals: str = "all-at-start"  # or "staggered": one new request per `arrival_every` steps
     arrival_every: int = 2
     baseline: bool = True  # also time a pass with the row/read hooks off
+    patch: str = "none"  # gpu_check.vllm.patches: the fix installed for this arm
+    rep: int = 0  # repeat of an arm (vllm-run --arm-repeats), for side-by-side throughput
     label: str = field(default="", compare=False)
 
     @property
     def name(self) -> str:
         tail = "" if self.arrivals == "all-at-start" else f"_stag{self.arrival_every}"
+        if self.patch != "none":
+            tail += f"_{self.patch}"
+        if self.rep:
+            tail += f"_r{self.rep}"
         ms = self.gpu_delay_us / 1000  # 13500 us -> d13.5ms (names must differ per config)
         return self.label or f"s{self.max_num_seqs}_d{ms:g}ms{tail}"
 

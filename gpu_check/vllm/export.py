@@ -309,6 +309,8 @@ def summarize(raw: dict[str, Any], reads: pd.DataFrame, table: pd.DataFrame) -> 
         "mode": raw["mode"],
         "config": raw["config"]["name"],
         "vllm_version": raw.get("vllm_version", ""),
+        # a patched arm (vllm-run --patch) only: unpatched exports keep their bytes
+        **({"patch": raw["patch"]} if raw.get("patch", "none") != "none" else {}),
         "max_num_seqs": int(raw["config"]["max_num_seqs"]),
         "gpu_delay_us": int(raw["config"]["gpu_delay_us"]),
         "arrivals": raw["config"].get("arrivals", "all-at-start"),
@@ -354,7 +356,9 @@ def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     schedule = build_schedule(raw, _recorded_block_size(run_summary, raw["mode"]))
     table = step_table(raw)
     reads = build_reads(raw, schedule, table)
-    out.mkdir(parents=True, exist_ok=True)
+    from sim.runs.outputs import claim_dir
+
+    claim_dir(out, "vllm-export")
     atomic_write_text(out / "schedule.json", dumps(schedule))
     _parquet(reads, out / "observed_vllm.parquet")
     _parquet(table, out / "steps_vllm.parquet")

@@ -147,7 +147,9 @@ def export_run_v2(raw: dict[str, Any], out: Path, summary: dict[str, Any] | None
         "steps_landed_between_ops": None,
         "steps_not_landed_at_read": None,
     }
-    out.mkdir(parents=True, exist_ok=True)
+    from sim.runs.outputs import claim_dir
+
+    claim_dir(out, "vllm-export")
     atomic_write(out / "observed_vllm.parquet", lambda t: reads.to_parquet(t, index=False))
     atomic_write(out / "agreement.parquet", lambda t: pred.to_parquet(t, index=False))
     atomic_write_text(out / "export.json", json.dumps(exp, indent=2) + "\n")

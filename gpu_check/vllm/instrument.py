@@ -288,7 +288,7 @@ class Recorder(Hooks):
 
 def calibrate_sleep() -> float:
     """Nanoseconds per ``torch.cuda._sleep`` cycle on this GPU (timed with CUDA events)."""
-    from gpu_check.calibrate import spin_ns_per_cycle
+    from gpu_check.replay.calibrate import spin_ns_per_cycle
 
     return spin_ns_per_cycle()
 

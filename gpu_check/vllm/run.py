@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -229,12 +229,19 @@ def run_config(
     result: dict[str, Any] = {"config": cfg.to_dict()}
 
     def one_pass(level: str, tag: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from gpu_check.vllm import patches
+
         llm.reset_prefix_cache()
-        rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+        fix = patches.install(runner, cfg.patch)  # before the hooks, which wrap what it set
         try:
-            stats = drive(llm, reqs, f"{tag}{cfg.name}-")
+            rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+            try:
+                stats = drive(llm, reqs, f"{tag}{cfg.name}-")
+            finally:
+                rec.uninstall()
         finally:
-            rec.uninstall()
+            if fix is not None:
+                fix.uninstall()
         steps = rec.finish()
         return stats | {"runner_steps": len(steps), **_interval_stats(steps)}, steps
 
@@ -248,6 +255,7 @@ def run_config(
         "runner": "v2" if v2 else "v1",
         "mode": mode,
         "vllm_version": version,
+        "patch": cfg.patch,
         "config": cfg.to_dict(),
         "max_num_batched_tokens": int(runner.scheduler_config.max_num_batched_tokens),
         "num_speculative_tokens": int(runner.vllm_config.speculative_config.num_speculative_tokens),
@@ -302,8 +310,9 @@ def run(
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
     from gpu_check.vllm.instrument import calibrate_sleep
+    from sim.runs.outputs import claim_dir
 
-    out.mkdir(parents=True, exist_ok=True)
+    claim_dir(out, "vllm-run")
     write_model_dir(MODEL_DIR)
     capacity = max(c.max_num_seqs for configs in plan.values() for c in configs)
     summary: dict[str, Any] = {"environment": environment(), "vllm_version": version,
@@ -329,7 +338,8 @@ def run(
         # warm-up: the first configuration's workload, so its baseline pass compiles nothing
         t = time.time()
         _scheduler(llm).max_num_running_reqs = configs[0].max_num_seqs
-        drive(llm, workload(configs[0]), "warm-")
+        drive(llm, workload(replace(configs[0], num_requests=min(configs[0].num_requests, 192))),
+              "warm-")  # fmt: skip  # shapes, not volume: at most 192 requests
         entry["warmup_s"] = round(time.time() - t, 1)
         for cfg in configs:
             try:
@@ -359,23 +369,57 @@ def _dump(summary: dict, out: Path) -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
 
 
+def parse_range(text: str) -> tuple[int, int]:
+    """``"8:160"`` -> (8, 160): the output lengths (tokens) the workload draws from."""
+    lo, sep, hi = text.partition(":")
+    if not sep or not lo.isdigit() or not hi.isdigit() or not 1 <= int(lo) <= int(hi) <= 2048:
+        raise ValueError(f"--output-range {text!r}: expected MIN:MAX with 1 <= MIN <= MAX <= 2048")
+    return int(lo), int(hi)
+
+
+def with_patches(
+    plan: dict[str, list[RunConfig]], names: list[str], repeats: int = 1
+) -> dict[str, list[RunConfig]]:
+    """Every align configuration once per patch arm, the arms of one configuration side by side
+    (both patches edit only the async + align path: none-mode configurations run unpatched).
+    With ``repeats`` > 1 the arms run again, each round in a rotated order, so that no arm
+    always runs first (the first pass after a warm-up is the slowest)."""
+    if names == ["none"] and repeats == 1:
+        return plan
+    if "align" not in plan:
+        raise ValueError("--patch needs align in --modes (the patches edit the align path)")
+    arms = [
+        replace(c, patch=n, rep=r)
+        for c in plan["align"]
+        for r in range(repeats)
+        for n in names[r % len(names) :] + names[: r % len(names)]
+    ]
+    return {**plan, "align": arms}
+
+
 def main_run(args: Any) -> int:
     """The CLI entry: one line and status 2 when CUDA or vLLM is missing."""
     from gpu_check.vllm.config import parse_plan
+    from gpu_check.vllm.patches import patch_names
 
-    base = RunConfig(
-        num_requests=args.num_requests,
-        seed=args.seed,
-        arrivals=args.arrivals,
-        arrival_every=args.arrival_every,
-        baseline=not args.no_baseline,
-    )
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     try:
-        plan = parse_plan(args.modes, args.configs, base)
+        out_min, out_max = parse_range(args.output_range)
+        base = RunConfig(
+            num_requests=args.num_requests,
+            seed=args.seed,
+            arrivals=args.arrivals,
+            arrival_every=args.arrival_every,
+            baseline=not args.no_baseline,
+            output_min=out_min,
+            output_max=out_max,
+        )
+        plan = with_patches(
+            parse_plan(args.modes, args.configs, base), patch_names(args.patch), args.arm_repeats
+        )
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     try:
         version = ensure_vllm(args.carry, getattr(args, "vllm_version", ""))
     except Unavailable as e:

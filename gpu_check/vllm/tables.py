@@ -54,9 +54,15 @@ def export_folder(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _own(root: Path, path: Path) -> bool:
+    """``root/<version>/<item>/<file>`` at most: a campaign folder one level further down
+    (``data/vllm/ab/``, ``data/vllm/fixes/``) is a root of its own, with its own tables."""
+    return len(path.relative_to(root).parts) <= 3
+
+
 def run_folders(root: Path) -> list[Path]:
     """Folders holding an exported run (``export.json``), sorted."""
-    return sorted(p.parent for p in root.rglob("export.json"))
+    return sorted(p.parent for p in root.rglob("export.json") if _own(root, p))
 
 
 def _timing(folder: Path) -> dict[str, Any]:
@@ -142,7 +148,7 @@ def op_timing(root: Path) -> list[dict[str, Any]]:
     from gpu_check.vllm.export import load_raw, prepared_steps
 
     out = []
-    for raw_path in sorted(root.rglob("raw/raw_*.json*")):
+    for raw_path in sorted(p for p in root.rglob("raw/raw_*.json*") if _own(root, p)):
         raw = load_raw(raw_path)
         if raw.get("runner") == "v2":  # MRv2 has no InputBatch row ops
             continue

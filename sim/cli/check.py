@@ -8,16 +8,20 @@ import json
 import time
 from pathlib import Path
 
+from sim.cli.guards import BUDGET_H, check_budget, check_search_s
 from sim.errors import SpecraceError
+from sim.runs.args import budget_arg, step_index_arg
 
 
 def register(sub) -> None:
     c = sub.add_parser(
         "check", help="every schedule of up to R rows and S steps, every landing of the copy"
     )
-    c.add_argument("--max-rows", type=int, default=4, help="max_num_seqs (default 4)")
-    c.add_argument("--steps", type=int, default=3, help="engine steps (default 3)")
-    c.add_argument("--k", type=int, default=3, help="num_speculative_tokens (default 3)")
+    c.add_argument("--max-rows", type=int, default=4, help="max_num_seqs")
+    c.add_argument("--steps", type=int, default=3, help="engine steps")
+    c.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    c.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse a search estimated to take longer (CPU hours)")  # fmt: skip
     c.add_argument("--policy", default="all", help="a policy, a comma list, async-off, or all")
     c.add_argument(
         "--classes", default="p,h,L", help="prompt classes of arrivals (p whole, h hit, L chunked)"
@@ -28,7 +32,8 @@ def register(sub) -> None:
     c.set_defaults(func=cmd_check)
     s = sub.add_parser("shrink", help="a wrong read of a run -> a minimal scripted scenario TOML")
     s.add_argument("run", help="a run directory (python -m sim run --out DIR, one policy)")
-    s.add_argument("--step", type=int, required=True, help="the step of the wrong read")
+    s.add_argument("--step", type=step_index_arg, required=True,
+                   help="the step of the wrong read")  # fmt: skip
     s.add_argument("--req", required=True, help="the request that read wrong")
     s.add_argument("--out", default="", help="TOML path (default: RUN/shrunk-STEP-REQ.toml)")
     s.set_defaults(func=cmd_shrink)
@@ -42,10 +47,15 @@ def _classes(text: str, flag: str) -> tuple[str, ...]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from sim.explore.check import Space, all_policy_names, check, result_json, story
+    from sim.explore.check import Space, check, result_json, story
+    from sim.model.policies import select
     from sim.runs.io import write_json
 
-    names = all_policy_names() if args.policy == "all" else args.policy.split(",")
+    if args.out:  # before the search, which may take minutes
+        from sim.runs.outputs import prepare_file
+
+        prepare_file(Path(args.out))
+    names = [p.name for p in select(args.policy, async_off=True)]
     space = Space(
         args.max_rows,
         args.steps,
@@ -53,6 +63,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         _classes(args.classes, "--classes"),
         _classes(args.sync_classes, "--sync-classes"),
     )
+    space.check()  # the ranges first: the estimate grows as steps^rows
+    check_budget(f"check --max-rows {args.max_rows} --steps {args.steps}",
+                 check_search_s(args.max_rows, args.steps), args.budget,
+                 "fewer rows or steps")  # fmt: skip
     print(
         f"check max_rows={space.max_rows} steps={space.steps} k={space.k} "
         f"classes={','.join(space.classes)} sync_classes={','.join(space.sync_classes)} "
@@ -90,8 +104,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_shrink(args: argparse.Namespace) -> int:
     from sim.explore.shrink import shrink_run
+    from sim.runs.outputs import prepare_file
 
     out = Path(args.out) if args.out else Path(args.run) / f"shrunk-{args.step}-{args.req}.toml"
+    prepare_file(out)
     result = shrink_run(Path(args.run), args.step, args.req, out)
     print(result.summary())
     print(f"wrote {out}: rerun with python -m sim run --scenario {out} --policy {result.policy}")

@@ -11,12 +11,11 @@ import argparse
 from pathlib import Path
 
 from sim.errors import SpecraceError
-from sim.model.policies import POLICIES, get_policy
-from sim.runs.args import int_in, steps_arg
+from sim.model.policies import ALL, POLICIES, select
+from sim.runs.args import int_in, step_index_arg, steps_arg
 from sim.runs.io import (
     atomic_write,
     atomic_write_text,
-    check_out_path,
     check_run_tables,
     read_json,
     read_meta,
@@ -46,8 +45,8 @@ def run_dirs(src: Path, policy: str = "") -> list[tuple[str, Path]]:
             f"{src}: not a run directory (no meta.json, and no policy sub-directories as "
             "`python -m sim run --policy all` writes)"
         )
-    if policy and policy != "all":
-        get_policy(policy)
+    if policy and policy != ALL:
+        select(policy, many=False)
         sel = [s for s in subs if s[0] == policy]
         if not sel:
             raise SpecraceError(
@@ -90,6 +89,17 @@ def load_run(src: Path, runs: list[tuple[str, Path]], trace: bool = True):
     return schedule, out
 
 
+def _check_figure_out(out: Path, formats: tuple[str, ...]) -> None:
+    """Each file a figure will be written to: a path that can be written, no file of the user's
+    replaced (``sim.runs.outputs.prepare_file``)."""
+    from sim.runs.outputs import prepare_file
+
+    if not out.name:
+        raise SpecraceError(f"--out {out}: a file name is needed, not a directory")
+    for fmt in formats:
+        prepare_file(out.with_suffix(f".{fmt}"))
+
+
 def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
     written = []
     for fmt in formats:
@@ -119,16 +129,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from sim.explore.sweep import SweepSpec, parse_vary, run_sweep, terminal_log
     from sim.model.params import load_scenario
 
-    policies = tuple(POLICIES) if args.policy == "all" else tuple(args.policy.split(","))
-    for name in policies:
-        get_policy(name)
-    if len(set(policies)) != len(policies):
-        raise SpecraceError(f"--policy {args.policy}: a policy appears twice")
+    policies = tuple(p.name for p in select(args.policy))
     if bool(args.vary) == bool(args.swarm):
         raise SpecraceError("give either --vary (a grid) or --swarm N (timing sets)")
     from sim.cli.guards import check_sweep, check_vary
 
     check_vary(args.vary)
+    if args.scheduler is not None:  # given, even empty
+        from sim.explore.dask_address import parse_address
+
+        parse_address(args.scheduler)
     spec = SweepSpec(
         args.scenario, policies, parse_vary(args.vary), args.swarm, args.seeds, args.steps,
         args.engine,
@@ -143,7 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             workers = 1
     df = run_sweep(
         spec, Path(args.out), log=terminal_log(args.quiet), workers=workers,
-        scheduler=args.scheduler,
+        scheduler=args.scheduler or "",
     )  # fmt: skip
     print(f"wrote {Path(args.out) / 'sweep.parquet'} ({len(df)} rows)")
     return 0
@@ -155,7 +165,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     src = Path(args.dir)
     if args.out:
-        check_out_path(Path(args.out).with_suffix(".png"))
+        _check_figure_out(Path(args.out), ("png", "svg") if args.svg else ("png",))
     if src.suffix == ".parquet" or (src / "observed.parquet").is_file():
         return _plot_replay(args, src)
     if (src / "sweep.parquet").is_file():
@@ -180,6 +190,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         fig, name = plots.margin_histogram(reads), "margins"
         src = runs[0][1] if len(runs) == 1 else src
     out = Path(args.out) if args.out else src / f"{name}.png"
+    _check_figure_out(out, ("png", "svg") if args.svg else ("png",))
     for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
         print(f"wrote {path}")
     return 0
@@ -225,6 +236,7 @@ def _plot_replay(args: argparse.Namespace, src: Path) -> int:
     fig = landing_outcome_plot(table, title, labels, true=true)
     base = src.parent if src.suffix == ".parquet" else src
     out = Path(args.out) if args.out else base / f"landing_{args.req}_{args.step}.png"
+    _check_figure_out(out, ("png", "svg") if args.svg else ("png",))
     for path in _save(fig, out, ("png", "svg") if args.svg else ("png",)):
         print(f"wrote {path}")
     return 0
@@ -239,6 +251,9 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     schedule, loaded = load_run(src, runs)
     tables = [(p, meta["scenario"].get("name", ""), t, r) for p, meta, t, r in loaded]
     out = (runs[0][1] if len(runs) == 1 else src) / "trace.perfetto.json"
+    from sim.runs.outputs import prepare_file
+
+    prepare_file(out)
     atomic_write_text(out, dumps(tables, schedule))
     remove_stale(out.parent, out.name)
     print(f"wrote {out}: open it in ui.perfetto.dev")
@@ -251,7 +266,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
     src = Path(args.dir)
     if args.out:
-        check_out_path(Path(args.out).with_suffix(".png"))
+        _check_figure_out(Path(args.out), ("png", "svg"))
     runs = traced_run_dirs(src, args.policy)
     schedule, loaded = load_run(src, runs)
     tables = [(p, t, r) for p, _m, t, r in loaded]
@@ -282,6 +297,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         print(f"{tl.policy}: {tl.verdict_text()}")
     fig = timeline_figure(tls)
     out = Path(args.out) if args.out else (runs[0][1] if len(runs) == 1 else src) / "timeline"
+    _check_figure_out(out, ("png", "svg"))
     for path in _save(fig, out, ("png", "svg")):
         print(f"wrote {path}")
     return 0
@@ -309,7 +325,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Dask LocalCluster processes (0: one per core; "
         "1: serial in this process)"
     )  # fmt: skip
-    w.add_argument("--scheduler", default="", metavar="ADDRESS", help="an existing Dask cluster")
+    w.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="an existing Dask cluster: [tcp://]HOST:PORT")  # fmt: skip
     w.add_argument("--quiet", action="store_true", help="no progress bar")
     w.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy, all points of a schedule at once) or "
@@ -328,7 +345,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pl.add_argument("--policy", default="", help="one policy (or a comma list for a sweep)")
     pl.add_argument("--req", default="", help="replay table: the request to draw")
-    pl.add_argument("--step", type=int, default=None, help="replay table: its step")
+    pl.add_argument("--step", type=step_index_arg, default=None, help="replay table: its step")
     pl.add_argument("--scenario", default="", help="replay table: names the landing positions")
     pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
     pl.add_argument("--svg", action="store_true", help="also write an SVG")
@@ -339,7 +356,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pf.set_defaults(func=cmd_perfetto)
     t = sub.add_parser("timeline", help="one step as a picture: ops, streams, landing, verdict")
     t.add_argument("dir", help="a run directory (also of --policy all: policies stacked)")
-    t.add_argument("--step", type=int, default=None, help="default: the first wrong read")
+    t.add_argument("--step", type=step_index_arg, default=None,
+                   help="default: the first wrong read")  # fmt: skip
     t.add_argument("--req", default="", help="request id (default: the first wrong one)")
     t.add_argument("--policy", default="", help="one policy of a --policy all run")
     t.add_argument("--out", default="", help="path without suffix (writes .png and .svg)")

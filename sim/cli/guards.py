@@ -58,9 +58,9 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
             scenario(dict(zip([k for k, _v in spec.vary], combo, strict=True)))
     if not spec.vary:
         guard_resources(base, spec.steps)
-    for parent in (out, *out.parents):
-        if parent.exists() and not parent.is_dir():
-            raise SpecraceError(f"--out {out}: {parent} is not a directory")
+    from sim.runs.outputs import prepare_dir
+
+    out = prepare_dir(out, "sweep", replace=False)
     remove_stale(out)
     remove_stale(out / "points")
     check_spec_file(out / "sweep.json")
@@ -142,6 +142,20 @@ def check_points(out: Path) -> None:
                 raise fail(f"{key} is {v!r}, not a number")
 
 
+INT_DIGITS_MAX = 30  # past every parameter's range (|x| <= 10^13) and any count's
+
+
+def check_int_text(flag: str, key: str, value: str) -> None:
+    """An integer literal of any length is refused with the range, before it is parsed (Python
+    refuses to parse one of more than 4,300 digits, and parsing a long one is slow)."""
+    import re
+
+    digits = value.strip().lstrip("+-").replace("_", "")
+    if len(digits) > INT_DIGITS_MAX and re.fullmatch(r"[0-9]+", digits):
+        raise SpecraceError(f"{flag} {key}={value.strip()[:12]}...: an integer of {len(digits):,} "
+                            "digits is out of range (|x| <= 10^13)")  # fmt: skip
+
+
 def check_vary(items: list[str]) -> None:
     """``--vary KEY=V1,V2,...`` values as ``sim.explore.sweep.parse_vary`` splits them: each a
     number, string or boolean (a grid point of a list or a table has no meaning)."""
@@ -150,6 +164,60 @@ def check_vary(items: list[str]) -> None:
     for item in items:
         key, _sep, values = item.partition("=")
         for v in values.split(","):
+            check_int_text("--vary", key.strip(), v)
             if isinstance(parse_value(v.strip()), list | dict):
                 raise SpecraceError(f"--vary {key.strip()}: {v.strip()!r} is not one value "
                                     "(a number, a string or true/false)")  # fmt: skip
+
+
+# -- what a search costs: refused past --budget, with the estimate ------------------------------
+BUDGET_H = 1.0  # the default --budget: CPU hours
+# sim check: the search's build_schedule runs plus evaluations, fitted to measured spaces (rows
+# R, steps S; k leaves them alone): 200 * 3.2^(R-1) at S = 2 (measured 172, 655, 2,086, 5,948
+# for R = 1..4), each further step x 2.5 * 2^(R-1) * (S-1)^R (measured 2.5-4.3 at R = 1, 4.8
+# and 24.7 at R = 2, 10.2 at R = 3, 24.1 at R = 4); 0.3 ms each (2 rows x 4 steps: 77,886 in
+# 18.6 s on a loaded core).
+CHECK_UNIT_S = 0.3e-3
+# risk and field-reports: one run of S steps x R rows, schedule built and simulated; measured
+# ~0.6 s for 2,000 x 64 on the vector tier; the SimPy tier taken 4 times slower.
+ROW_STEPS_PER_S = {"vector": 200_000, "simpy": 50_000}
+RISK_ESTIMATES_MAX = 6  # the configuration and its mitigations, each a distinct path at most
+
+
+def check_search_s(rows: int, steps: int) -> float:
+    units = 200 * 3.2 ** (rows - 1)
+    for s in range(2, steps):
+        units *= 2.5 * 2 ** (rows - 1) * (s - 1) ** rows
+    return units * CHECK_UNIT_S
+
+
+def runs_s(runs: int, steps: int, rows: int, engine: str = "vector") -> float:
+    return runs * steps * rows / ROW_STEPS_PER_S.get(engine, ROW_STEPS_PER_S["simpy"])
+
+
+def check_budget(what: str, cpu_s: float, budget_h: float, fewer: str) -> None:
+    """Refuse work estimated to take more than ``budget_h`` CPU hours, saying how much."""
+    import math
+
+    from sim.runs.args import BUDGET_H_MAX
+
+    if cpu_s <= budget_h * 3600:
+        return
+    need = math.ceil(cpu_s / 3600)
+    if need > BUDGET_H_MAX:
+        raise SpecraceError(f"{what}: about 10^{math.log10(need):.0f} CPU hours (estimate), "
+                            f"more than any --budget allows; {fewer}")  # fmt: skip
+    raise SpecraceError(f"{what}: about {need:,} CPU hours (estimate), more than --budget "
+                        f"{budget_h:g}; {fewer}, or --budget {need} to run it")  # fmt: skip
+
+
+def bench_s(steps: int, points: int, vector_steps: int, long_steps: int, sweep: int) -> float:
+    """``sim bench``'s CPU time, from its own rates measured here: the SimPy tier ~8,000 steps/s
+    (and as long again for bare SimPy and the schedule rates), 8 sampled points at ~6,000
+    point-steps/s, the vector tier ~10^6 point-steps/s, the long runs ~1,000 streamed steps/s
+    (README, Speed: 10^6 steps in 542-1,017 s); ``--sweep``: 100 points of 2,000 steps took
+    ~35 s over its three tiers."""
+    if sweep:
+        return sweep * steps * 2e-4
+    return (3 * steps / 8_000 + 8 * vector_steps / 6_000 + points * vector_steps / 1e6
+            + 2.5 * long_steps / 1_000)  # fmt: skip

@@ -12,19 +12,22 @@ import sys
 from pathlib import Path
 
 from sim.cli import check as check_cli
-from sim.cli import explore, field_reports, risk
+from sim.cli import explore, field_reports, report, risk
+from sim.cli.guards import BUDGET_H, check_int_text
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
     Scenario,
     load_scenario,
     scenario_from_dict,
+    scenario_path,
     timing_file_overrides,
     with_overrides,
 )
-from sim.model.policies import POLICIES, get_policy
+from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
-from sim.runs.args import seed_arg, steps_arg
+from sim.model.verdict import HAZARD_KINDS
+from sim.runs.args import budget_arg, int_in, seed_arg, step_index_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
@@ -35,6 +38,7 @@ def _overrides(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        check_int_text("--set", key.strip(), value)
         out[key.strip()] = value.strip()
     return out
 
@@ -59,7 +63,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         from sim.runs.io import atomic_write
 
         name = "schedule.parquet"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             head, step_iter = iter_schedule(scenario, args.seed, steps)
 
@@ -73,7 +77,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     else:
         guard_resources(scenario, steps)
         name = "schedule.json"
-        with fresh_output_dir(out, args.force) as tmp:
+        with fresh_output_dir(out, args.force, kind="schedule") as tmp:
             print_parameters(scenario, args.seed)
             sched = build_schedule(scenario, args.seed, steps)
             atomic_write_text(tmp / name, schedule_mod.dumps(sched))
@@ -126,20 +130,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_stream(args)
     if args.engine == "vector" and not args.no_trace:
         raise SpecraceError("--engine vector writes no trace: add --no-trace")
-    names = list(POLICIES) if args.policy == "all" else [get_policy(args.policy).name]
+    names = [p.name for p in select(args.policy, many=False)]
     out = Path(args.out)
     scenario, sched = scenario_and_schedule(args)
     note = check_scenario_policy(scenario.engine, args.policy)
     if not scenario.engine.async_scheduling:
         names = names[:1]  # every policy takes the synchronous path: one row (async-off)
     steps = len(sched.steps)
+    from sim.cli import brief
+
+    progress = brief.Progress(len(names), on=args.brief and len(names) > 1)
     with fresh_output_dir(out, args.force) as tmp:
-        print_parameters(scenario, sched.seed)
-        print(f"policy={args.policy} steps={steps}")
+        if args.brief:
+            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
+            origin = "built-in" if origin.startswith("built-in") else origin
+            brief.print_header(scenario, origin, sched.seed, steps, names, args.timing, args.set)
+        else:
+            print_parameters(scenario, sched.seed)
+            print(f"policy={args.policy} steps={steps}")
         if len(names) > 1:
             atomic_write_text(tmp / "schedule.json", schedule_mod.dumps(sched))
         summaries = []
         for name in names:
+            progress.start(name)
             if args.engine == "vector":
                 result = run_policy_vector(sched, scenario, POLICIES[name], sched.seed)
             else:
@@ -149,11 +162,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             target = tmp / name if len(names) > 1 else tmp
             write_run(target, scenario, sched.seed, sched, result, write_schedule=len(names) == 1)
             summaries.append(result.summary)
+            progress.finish()
         if len(names) > 1:
             from sim.runs.io import write_json
 
             write_json(tmp / "comparison.json", summaries)
+        if args.picture:
+            title = f"{scenario.name}: wrong accepted counts by policy ({steps:,} steps, seed "
+            brief.write_picture(tmp, summaries, sched, title + f"{sched.seed})")
     print_table(summaries)
+    if args.brief:
+        brief.print_legend()
+    if args.picture:
+        print(f"wrote {out / brief.PICTURE} (python -m sim report {out}: the whole story)")
     if note:  # the chosen policy is not what this configuration's vLLM does
         print(f"note: {note}")
     if args.json:
@@ -170,9 +191,9 @@ def run_stream(args: argparse.Namespace) -> int:
     from sim.resolve.check import check_scenario_policy
     from sim.runs.run import run_streaming
 
-    if args.policy == "all":
+    if args.policy == ALL:
         raise SpecraceError("--stream runs one policy: name it with --policy")
-    name = get_policy(args.policy).name
+    name = select(args.policy, many=False)[0].name
     source = None
     if args.schedule:
         path = Path(args.schedule)
@@ -208,9 +229,7 @@ def print_table(summaries: list[dict]) -> None:
         "reads",
         "cpu_wrong",
         "gpu_wrong",
-        "unlanded",
-        "ownership",
-        "double-permute",
+        *HAZARD_KINDS,
         "prompt_lost",
         "corrupted_reqs",
         "step_ms",
@@ -224,9 +243,7 @@ def print_table(summaries: list[dict]) -> None:
             s["reads"],
             s["cpu_wrong"],
             s["gpu_wrong"],
-            k.get("unlanded", 0),
-            k.get("ownership", 0),
-            k.get("double-permute", 0),
+            *(k.get(kind, 0) for kind in HAZARD_KINDS),
             s["prompt_state_lost"],
             s["corrupted_requests"],
             f"{s['mean_step_ns'] / 1e6:.3f}",
@@ -236,6 +253,10 @@ def print_table(summaries: list[dict]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from sim.cli.guards import bench_s, check_budget
+
+    cost = bench_s(args.steps, args.points, args.vector_steps, args.long_steps, args.sweep)
+    check_budget("bench", cost, args.budget, "fewer --steps, --points, --long-steps or --sweep")
     if args.sweep:
         import json
 
@@ -291,6 +312,7 @@ PLUGINS: tuple = (
     check_cli.register,
     risk.register,
     field_reports.register,
+    report.register,
 )
 
 EXAMPLES = {
@@ -301,7 +323,8 @@ EXAMPLES = {
     "perfetto": "python -m sim perfetto out/run",
     "compare": "python -m sim compare data/replay/observed_qwen35-mtp3.parquet",
     "bench": "python -m sim bench --steps 2000",
-    "params": "python -m sim params --scenario minimal-race",
+    "report": "python -m sim report out/demo",
+    "params": "python -m sim params --timing h200 --timing vllm-0.24.0-row-ops",
 }
 
 
@@ -321,26 +344,37 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 def cmd_params(args: argparse.Namespace) -> int:
     import json
 
-    from sim.model.param_docs import DOCS
-    from sim.model.params import parameter_defaults, parameter_keys
+    from sim.model.param_docs import DOCS, timing_file_sources
+    from sim.model.params import parameter_defaults, parameter_keys, parse_value
 
     scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
     defaults = parameter_defaults()
+    timed = {k: parse_value(v) for k, v in timing_file_overrides(args.timing).items()}
+    sources = timing_file_sources(args.timing)
     rows = []
     for key in parameter_keys():
         section, name = key.split(".")
         default = scenario[section][name] if scenario else defaults[key]
+        default = timed.get(key, default)
         doc = DOCS[key]
+        source = sources.get(key) or (
+            f"scenario file {args.scenario}"
+            if scenario and default != defaults[key]
+            else doc.source
+        )
         rows.append({"key": key, "unit": doc.unit, "value": _show(default),
-                     "meaning": doc.meaning, "source": doc.source})  # fmt: skip
+                     "meaning": doc.meaning, "source": str(source)})  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
     label = f"value in {args.scenario}" if args.scenario else "default"
+    if args.timing:
+        label += " + " + " + ".join(args.timing)
     w = max(len(r["key"]) for r in rows)
-    print(f"{'key':<{w}}  {'unit':<16} {label:<14} meaning [source]")
+    vw = max(14, len(label), *(len(r["value"]) for r in rows))
+    print(f"{'key':<{w}}  {'unit':<16} {label:<{vw}} meaning [source]")
     for r in rows:
-        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<14} {r['meaning']} [{r['source']}]")
+        print(f"{r['key']:<{w}}  {r['unit']:<16} {r['value']:<{vw}} {r['meaning']} [{r['source']}]")
     return 0
 
 
@@ -371,11 +405,13 @@ def out_arg(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
+    """The parser; ``prog`` is how the user invoked it (``specrace`` passes its own name), so
+    every ``--help`` and error names the command as typed."""
     from sim.version import version_line
 
     p = _Parser(
-        prog="python -m sim",
+        prog=prog,
         description="Predict when vLLM async spec decoding reads a wrong accepted count.",
     )
     p.add_argument("--version", action="version", version=version_line())
@@ -385,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     s.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     s.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    s.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    s.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     s.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     s.add_argument("--format", choices=("json", "parquet"), default="json",
@@ -398,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=steps_arg, help="engine steps (default: the scenario's)")
     r.add_argument("--seed", type=seed_arg, default=0, help="seed of every random draw")
     r.add_argument("--out", type=out_arg, required=True, help="a new or empty directory")
-    r.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    r.add_argument("--force", action="store_true",
+                   help="replace a non-empty --out that specrace wrote")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a parameter (python -m sim params lists them)")  # fmt: skip
     r.add_argument("--schedule", default="",
@@ -412,6 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
         "applied before --set",
     )
     r.add_argument("--json", action="store_true", help="last line: one JSON summary")
+    r.add_argument("--brief", action="store_true",
+                   help="a short header instead of every parameter (meta.json has them), "
+                   "progress on stderr, a legend under the table")  # fmt: skip
+    r.add_argument("--picture", action="store_true",
+                   help="also draw the hazard summary: --out/hazard_summary.png")  # fmt: skip
     r.add_argument("--no-trace", action="store_true", help="skip trace.parquet")
     r.add_argument("--engine", choices=("simpy", "vector"), default="simpy",
                    help="timing tier: simpy (the reference, with a trace) or vector "
@@ -425,21 +468,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a replay directory or an observed*.parquet file; several are pooled "
                         "(steps kept apart by run)")  # fmt: skip
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
-    c.add_argument("--step", type=int, default=4, help="with --req-id: the step")
+    c.add_argument("--step", type=step_index_arg, default=4, help="with --req-id: the step")
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
-    b.add_argument("--points", type=steps_arg, default=10_000, help="vector-tier timing points")
+    b.add_argument("--points", type=int_in(1, 10**6, "1..10^6"), default=10_000,
+                   help="vector-tier timing points")  # fmt: skip
     b.add_argument("--vector-steps", type=steps_arg, default=1_000, help="vector-tier steps")
-    b.add_argument("--long-steps", type=int, default=20_000,
+    b.add_argument("--long-steps", type=int_in(0, 10**7, "0..10^7"), default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
-    b.add_argument("--sweep", type=int, default=0, metavar="POINTS",
+    b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
                    help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
                    "workers, SimPy tier on 1)")  # fmt: skip
+    b.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse a bench estimated to take longer (CPU hours)")  # fmt: skip
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
-    pa.add_argument("--json", action="store_true")
+    pa.add_argument(
+        "--timing",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="apply this [timing] file; its values are labelled measured",
+    )
+    pa.add_argument("--json", action="store_true", help="one JSON list of rows")
     pa.set_defaults(func=cmd_params)
     for register in PLUGINS:
         register(sub)
@@ -486,9 +539,13 @@ def _stdout_that_outlives_its_reader() -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
+    from sim.runs.outputs import record_command
+
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    args.prog = prog
+    record_command(prog, argv)
     _stdout_that_outlives_its_reader()
     try:
         code = args.func(args)

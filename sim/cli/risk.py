@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import TYPE_CHECKING
 
+from sim.cli.guards import BUDGET_H
 from sim.errors import SpecraceError
+from sim.model.verdict import HAZARD_KINDS
 from sim.resolve.presets import PRESETS
 from sim.resolve.release_facts import RELEASES
 from sim.resolve.resolution import VllmSetup
+from sim.runs.args import budget_arg, int_in
+from sim.runs.limits import MAX_STEPS
 
 if TYPE_CHECKING:  # the simulation (pandas, SimPy) loads only when the command runs
     from sim.resolve.risk import RateEstimate, RiskReport
@@ -32,6 +37,9 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or "." not in key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        from sim.cli.guards import check_int_text
+
+        check_int_text("--set", key.strip(), value)
         out[key.strip()] = value.strip()
     return out
 
@@ -94,9 +102,7 @@ def print_report(rep: RiskReport) -> None:
         f"[{e.per_10k_steps_lo:.1f}, {e.per_10k_steps_hi:.1f}] ({e.wrong_steps:,} of "
         f"{e.steps:,})"
     )
-    kinds = " ".join(
-        f"{k}={e.by_kind.get(k, 0)}" for k in ("unlanded", "ownership", "double-permute")
-    )
+    kinds = " ".join(f"{k}={e.by_kind.get(k, 0)}" for k in HAZARD_KINDS)
     print(f"wrong consumed counts by hazard: {kinds} (prompt state lost: {e.prompt_state_lost})")
     print(f"step {e.mean_step_ns / 1e6:.3f} ms, {e.tokens_per_s:,.0f} tokens/s")
     if e.safe:
@@ -108,25 +114,42 @@ def print_report(rep: RiskReport) -> None:
     if not rep.mitigations:
         return
     print("mitigations (cheapest safe first):")
-    head = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time", "tokens/s")
-    print("  " + " | ".join(head))
+    print("  " + " | ".join(MITIGATION_HEAD))
+    for row in mitigation_rows(rep):
+        print("  " + " | ".join(row))
+
+
+# The mitigations table: every row has one field per header column (a test holds them equal).
+MITIGATION_HEAD = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time",
+                   "tokens/s", "note")  # fmt: skip
+
+
+def mitigation_rows(rep: RiskReport) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for m in rep.mitigations:
         if not m.available or m.estimate is None:
             why = m.reason if m.reason.startswith("no effect") else f"not available: {m.reason}"
-            print(f"  {m.name} | {m.change} | {why}")
+            rows.append((m.name, m.change, "-", "-", "-", "-", why))
             continue
         me = m.estimate
         safe = "safe" if me.safe else "NOT safe"
-        print(
-            f"  {m.name} | {m.change} | {me.policy} | {_rate(me)} {safe} | "
-            f"{m.step_time_pct:+.2f}% | {m.tokens_per_s_pct:+.2f}%"
-            + (f" | {m.reason}" if m.reason else "")
-        )
+        rows.append((m.name, m.change, me.policy, f"{_rate(me)} {safe}",
+                     f"{m.step_time_pct:+.2f}%", f"{m.tokens_per_s_pct:+.2f}%",
+                     m.reason or "-"))  # fmt: skip
+    return rows
 
 
 def cmd_risk(args: argparse.Namespace) -> int:
+    from sim.cli.guards import RISK_ESTIMATES_MAX, check_budget, runs_s
     from sim.resolve.risk import assess
 
+    estimates = 1 if args.no_mitigations else RISK_ESTIMATES_MAX
+    check_budget(
+        f"risk --seeds {args.seeds:,} --steps {args.steps:,} x {args.max_num_seqs} rows x up to "
+        f"{estimates} paths",
+        runs_s(args.seeds * estimates, args.steps, args.max_num_seqs, args.engine),
+        args.budget, "fewer seeds or steps (or --no-mitigations)",
+    )  # fmt: skip
     rep = assess(
         setup_from_args(args),
         parse_sets(args.set),
@@ -138,9 +161,27 @@ def cmd_risk(args: argparse.Namespace) -> int:
         engine=args.engine,
     )
     print_report(rep)
+    if args.report:
+        write_report(rep, args)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     return 0
+
+
+def write_report(rep: RiskReport, args: argparse.Namespace) -> None:
+    """``--report FILE``: the assessment as one self-contained HTML page, written atomically."""
+    from pathlib import Path
+
+    from sim.explore.report import reproduce_argv
+    from sim.resolve.risk_page import risk_page
+    from sim.runs.io import atomic_write_text, remove_stale
+
+    out = Path(args.report)
+    prog = getattr(args, "prog", "python -m sim")
+    command = " ".join([prog, "risk", *map(shlex.quote, reproduce_argv(args.risk_parser, args))])
+    atomic_write_text(out, risk_page(rep, command, (MITIGATION_HEAD, mitigation_rows(rep))).html())
+    remove_stale(out.parent, out.name)
+    print(f"wrote {out}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -154,8 +195,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--vllm-use-v2-model-runner", default="", metavar="0|1",
                    help="VLLM_USE_V2_MODEL_RUNNER as set in your environment")  # fmt: skip
     r.add_argument("--mamba-cache-mode", default="default", help="none, all, align or default")
-    r.add_argument("--max-num-seqs", type=int, default=64)
-    r.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    r.add_argument("--max-num-seqs", type=int_in(1, 65_536, "1..65,536"), default=64)
+    r.add_argument("--max-num-batched-tokens", type=int_in(1, 2**24, "1..2^24"), default=8192)
     r.add_argument("--platform", default="cuda", help="cuda or ascend")
     r.add_argument("--ascend-branch", default="main", help="vllm-ascend: main or v0.23.0")
     r.add_argument("--mrv2-unsupported", action="append", default=[], metavar="FEATURE",
@@ -167,10 +208,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="roofline (the model preset) or balanced (6 ms forward, where the race "
                    "lives)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    r.add_argument("--seeds", type=int, default=8, help="runs to pool (default 8)")
-    r.add_argument("--steps", type=int, default=2000, help="engine steps per run")
+    r.add_argument("--seeds", type=int_in(1, 10**6, "1..10^6"), default=8, help="runs to pool")
+    r.add_argument("--steps", type=int_in(2, MAX_STEPS, f"2..{MAX_STEPS:,}"), default=2000,
+                   help="engine steps per run")  # fmt: skip
+    r.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
+                   help="refuse an assessment estimated to take longer (CPU hours)")  # fmt: skip
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")
-    r.set_defaults(func=cmd_risk)
+    r.add_argument("--report", default="", metavar="FILE",
+                   help="also write the assessment as one self-contained HTML page")  # fmt: skip
+    r.set_defaults(func=cmd_risk, risk_parser=r)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from sim.explore.timeline import policy_for, replay_buffer
 from sim.model.schedule import Schedule
+from sim.model.trace import EventKind, kind_of
 
 TRACKS = [
     "engine_core",
@@ -83,9 +84,10 @@ def to_trace_events(
             "args": {"step": int(r.step), "row": int(r.row), "value": int(r.value),
                      "req_id": str(r.req_id)},
         }  # fmt: skip
-        if r.event == "counts_d2h_land":
+        kind = kind_of(str(r.actor), str(r.event))
+        if kind is EventKind.LANDING:
             land_us[int(r.step)] = ts
-        if str(r.event).startswith("read_counts"):
+        if kind is EventKind.READ:
             read_us[int(r.step)] = ts
             ev.update(ph="X", dur=READ_US)
         elif r.dur_ns > 0:

@@ -346,3 +346,48 @@ def landing_outcome_plot(
     axes[0, -1].legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+HAZARD_COLORS = {"unlanded": "#1f77b4", "ownership": "#d62728", "double-permute": "#9467bd"}
+
+
+def hazard_summary(rows: pd.DataFrame, title: str = "") -> Figure:
+    """One run's wrong reads per 10,000 reads, one bar per policy (``rows``: ``policy, reads,
+    cpu_wrong, gpu_wrong`` and a count per hazard kind), with 95 % Wilson intervals and counts.
+    The CPU panel splits each bar by hazard kind; the axis is linear to 1 and logarithmic
+    above, so a policy with none shows as a bare 0."""
+    from sim.runs.stats import wilson
+
+    fig = Figure(figsize=(12, 1.5 + 0.42 * len(rows)), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    ys = np.arange(len(rows))[::-1]
+    n = rows["reads"].to_numpy()
+    for ax, (what, panel_title) in zip(axes, PANELS, strict=True):
+        k = rows[what].to_numpy()
+        lo, hi = wilson(k, n)
+        rate = np.where(n > 0, k / np.maximum(n, 1), 0.0) * PER
+        if what == "cpu_wrong":
+            left = np.zeros(len(rows))
+            for kind, color in HAZARD_COLORS.items():
+                part = rows.get(kind, pd.Series(0, index=rows.index)).to_numpy()
+                w = np.where(k > 0, rate * part / np.maximum(k, 1), 0.0)
+                ax.barh(ys, w, left=left, color=color, height=0.6, label=kind)
+                left = left + w
+        else:
+            ax.barh(ys, rate, color="#444444", height=0.6)
+        ax.errorbar(rate, ys, xerr=np.vstack([rate - lo * PER, hi * PER - rate]), fmt="none",
+                    ecolor="black", capsize=3, lw=1)  # fmt: skip
+        for y, r, ki, ni, h in zip(ys, rate, k, n, hi * PER, strict=True):
+            ax.annotate(f"{int(ki):,} of {int(ni):,}", (max(h, r), y), xytext=(4, -3),
+                        textcoords="offset points", fontsize=8)  # fmt: skip
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlim(0, PER * 3)
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_xlabel(f"per {PER:,} reads (95 % Wilson interval)")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(ys, rows["policy"].tolist())
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3,
+               fontsize=8, frameon=False, title="CPU-wrong reads by hazard kind",
+               title_fontsize=8)  # fmt: skip
+    fig.suptitle(title or "Wrong accepted counts by policy", fontsize=11)
+    return fig

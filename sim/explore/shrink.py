@@ -32,7 +32,7 @@ from sim.model.params import (
     WorkloadParams,
     scenario_from_dict,
 )
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy, get_policy
+from sim.model.policies import SYNC_SCHEDULING, Policy, named
 from sim.model.reads import build_reads
 from sim.model.schedule import Schedule, read_schedule
 from sim.model.scheduling import build_schedule
@@ -442,7 +442,7 @@ def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
             f"{run}: meta.json of a one-policy run needed (python -m sim run --policy P)"
         )
     meta = read_meta(run / "meta.json")
-    policy = get_policy(meta["policy"]) if meta["policy"] in POLICIES else SYNC_SCHEDULING
+    policy = named(meta["policy"])
     scenario = scenario_from_dict(meta["scenario"], meta["scenario"].get("name", "run"), str(run))
     reads = read_table(run / "reads.parquet", "reads.parquet")
     sched = read_schedule(run / "schedule.json")

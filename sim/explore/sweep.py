@@ -44,7 +44,9 @@ from sim.model.params import Scenario, load_scenario, parse_value, with_override
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
-from sim.runs.io import ensure_out_dir, read_json, write_json
+from sim.model.verdict import HAZARD_KINDS
+from sim.runs.io import read_json, write_json
+from sim.runs.outputs import claim_dir, prepare_dir
 from sim.runs.run import run_policy, write_parquet
 
 ENGINES = ("vector", "simpy")  # timing tiers; the first is the default
@@ -296,6 +298,7 @@ def _prepare(spec: SweepSpec, out: Path, log: Callable[[str], None]) -> None:
                 "seeds, swarm sets or policies); use another --out"
             )
         log(f"extending {out}: {len(old.points())} -> {len(spec.points())} points")
+    claim_dir(out, "sweep")
     write_json(spec_path, spec.to_json())
 
 
@@ -311,8 +314,18 @@ def run_sweep(
     ``workers`` 1 and no ``scheduler``: in this process. Otherwise on Dask: ``scheduler`` is
     an existing cluster's address, else a LocalCluster of ``workers`` processes (0: one per
     core)."""
-    out = ensure_out_dir(out)
-    _prepare(spec, out, log)
+    out = prepare_dir(out, "sweep", replace=False)
+    client = None
+    if scheduler:  # one line, before anything is written, if it cannot be reached
+        from sim.explore.dask_address import connect
+
+        client = connect(scheduler)
+    try:
+        _prepare(spec, out, log)
+    except BaseException:
+        if client is not None:
+            client.close()
+        raise
     points = spec.points()
     todo: list[tuple[dict[str, Any], list[str]]] = []
     skipped = 0
@@ -325,8 +338,8 @@ def run_sweep(
     done = 0
     results = (
         _serial(spec, todo)
-        if workers == 1 and not scheduler
-        else _dask(spec, todo, workers, scheduler)
+        if workers == 1 and client is None
+        else _dask(spec, todo, workers, client)
     )
     for point, names, rows in results:
         for name, row in zip(names, rows, strict=True):
@@ -351,8 +364,9 @@ def _serial(spec: SweepSpec, todo: list) -> Iterator[tuple[dict, list[str], list
 
 
 def _dask(
-    spec: SweepSpec, todo: list, workers: int, scheduler: str
+    spec: SweepSpec, todo: list, workers: int, client: Any
 ) -> Iterator[tuple[dict, list[str], list[dict]]]:
+    """On ``client`` (a connected scheduler's, closed here) or on a LocalCluster."""
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -360,14 +374,11 @@ def _dask(
             "parallel sweeps need Dask: pip install 'specrace[dask]' (or --workers 1)"
         ) from None
     if not todo:
+        if client is not None:
+            client.close()
         return
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError) as e:
-            raise SpecraceError(f"--scheduler {scheduler}: cannot connect ({e})") from None
-        cluster = None
-    else:
+    cluster = None
+    if client is None:
         n = workers or os.cpu_count() or 1
         # Processes, one thread each: the simulation is pure Python (the GIL).
         cluster = LocalCluster(
@@ -424,7 +435,7 @@ def _column_order(c: str) -> tuple[int, str]:
 
 def _flat(summary: dict[str, Any]) -> dict[str, Any]:
     flat = {k: v for k, v in summary.items() if k != "by_kind"}
-    for kind in ("unlanded", "ownership", "double-permute"):
+    for kind in HAZARD_KINDS:
         flat[f"kind.{kind}"] = summary["by_kind"].get(kind, 0)
     return flat
 

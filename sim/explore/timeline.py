@@ -24,11 +24,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sim.errors import SpecraceError
-from sim.model.counts_buffer import apply_dma, apply_op
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.counts_buffer import apply_op
+from sim.model.policies import POLICIES, Policy, named
 from sim.model.schedule import Schedule
+from sim.model.trace import ROW_OPS, EventKind, events, select
+from sim.model.verdict import NOT_LANDED, at_landing, land_copy, landing_positions
 
-ROW_OPS = ("remove", "add", "move", "swap")
 OP_COLORS = {
     "remove": "#8c8c8c",
     "add": "#2ca02c",
@@ -62,11 +63,12 @@ GPU_LANES = {
 
 def policy_for(name: str) -> Policy:
     """The policy a run's ``meta.json`` names (async-off runs name vLLM's synchronous path)."""
-    if name == SYNC_SCHEDULING.name:
-        return SYNC_SCHEDULING
-    if name not in POLICIES:
-        raise SpecraceError(f"unknown policy {name!r} in the run (known: {', '.join(POLICIES)})")
-    return POLICIES[name]
+    try:
+        return named(name)
+    except SpecraceError:
+        raise SpecraceError(
+            f"unknown policy {name!r} in the run (known: {', '.join(POLICIES)})"
+        ) from None
 
 
 # -- the buffer, rebuilt from the trace -------------------------------------------------------
@@ -85,13 +87,13 @@ def _events(trace: pd.DataFrame) -> list[tuple]:
     """(time, priority, seq, what, step): ops act at their end, the DMA at its landing; at
     the same nanosecond the DMA goes first (the tie rule of sim.model.cuda)."""
     out = []
-    for seq, r in enumerate(trace.itertuples(index=False)):
-        if r.actor == "default_stream" and r.event == "counts_d2h_land":
-            out.append((int(r.time_ns), 0, seq, "dma", int(r.step)))
-        elif r.actor == "worker_cpu" and r.event in ROW_OPS:
-            out.append((int(r.time_ns + r.dur_ns), 1, seq, str(r.event), int(r.step)))
-        elif r.actor == "worker_cpu" and str(r.event).startswith("read_counts"):
-            out.append((int(r.time_ns), 1, seq, "read", int(r.step)))
+    for seq, ev in enumerate(events(trace)):
+        if ev.kind is EventKind.LANDING:
+            out.append((ev.time_ns, 0, seq, "dma", ev.step))
+        elif ev.kind is EventKind.ROW_OP:
+            out.append((ev.end_ns, 1, seq, ev.name, ev.step))
+        elif ev.kind is EventKind.READ:
+            out.append((ev.time_ns, 1, seq, "read", ev.step))
     return sorted(out)
 
 
@@ -120,10 +122,10 @@ def replay_buffer(
             if step == skip_dma:
                 continue
             counts = schedule.steps[step].accepted
-            apply_dma(buf, counts, None)
-            private[: len(counts)] = counts
+            land_copy(policy, buf, private, counts)
             dma_done.add(step)
-            writes.extend((t, step, "dma", r, int(v)) for r, v in enumerate(counts))
+            if not policy.dma_into_private:  # #51599: the copy never writes B
+                writes.extend((t, step, "dma", r, int(v)) for r, v in enumerate(counts))
         elif what == "read":
             rec = schedule.steps[step]
             old = buf.copy()
@@ -168,40 +170,22 @@ def landing_outcomes(
     start_ns: int,
     end_ns: int,
 ) -> list[LandingOutcome]:
-    """R's CPU and consumed count for each place step-1's DMA can land in step ``step``:
-    before each row op, after the last, and (for a policy that never waits) after the read.
-    ``buf0``/``private0``: the buffers before the first op, without that DMA."""
+    """R's CPU and consumed count for each place step-1's DMA can land in step ``step``
+    (:func:`sim.model.verdict.landing_positions`): before each row op, after the last, and
+    (for a policy that never waits) after the read. ``buf0``/``private0``: the buffers before
+    the first op, without that DMA."""
     rec, prev = schedule.steps[step], schedule.steps[step - 1]
-    ops = rec.ops
-    pp = rec.prev_positions
-    true = prev.accepted[pp[row]]
-    participating = rec.prev_num_draft_tokens[pp[row]] > 0
-    counts = prev.accepted
-
-    def outcome(land_before: int | None) -> tuple[int, int]:
-        buf, private = buf0.copy(), private0.copy()
-        for i, op in enumerate(ops):
-            if land_before == i:
-                apply_dma(buf, counts, None)
-                private[: len(counts)] = counts
-            apply_op(buf, op, i, None)
-        if land_before == len(ops):
-            apply_dma(buf, counts, None)
-            private[: len(counts)] = counts
-        cpu = policy.cpu_read(buf, private, pp, rec.num_reqs)[row]
-        gpu = policy.gpu_consumed(np.array([cpu]), np.array([true]), np.array([participating]))
-        return int(cpu), int(gpu[0])
-
-    # A policy that waits before the moves sees every landing before them.
-    positions = [0] if policy.waits_before_moves else list(range(len(ops) + 1))
-    bounds = [start_ns, *op_write_ns, read_ns]
+    seen = landing_positions(policy, len(rec.ops), schedule.async_scheduling)
+    positions = sorted(p for p in seen if p >= 0)
+    # One position (a wait before the moves, or async off): every landing before the read.
+    bounds = [start_ns, *op_write_ns, read_ns] if len(positions) > 1 else [start_ns, read_ns]
     out = []
-    for p in positions:
-        lo = bounds[p] if not policy.waits_before_moves else start_ns
-        hi = bounds[p + 1] if not policy.waits_before_moves else read_ns
-        out.append(LandingOutcome(p, lo, hi, *outcome(p)))
-    if not policy.waits:
-        out.append(LandingOutcome(-1, read_ns, end_ns, *outcome(None)))
+    for i, p in enumerate(positions):
+        v = at_landing(policy, prev.accepted, rec, buf0, private0, p)
+        out.append(LandingOutcome(p, bounds[i], bounds[i + 1], int(v.cpu[row]), int(v.gpu[row])))
+    if NOT_LANDED in seen:
+        v = at_landing(policy, prev.accepted, rec, buf0, private0, NOT_LANDED)
+        out.append(LandingOutcome(NOT_LANDED, read_ns, end_ns, int(v.cpu[row]), int(v.gpu[row])))
     return out
 
 
@@ -322,12 +306,12 @@ def build_timeline(
     at = trace[trace["step"] == step]
     prev = trace[trace["step"] == step - 1]
     worker = at[at["actor"] == "worker_cpu"]
-    ops = worker[worker["event"].isin(ROW_OPS)]
-    read_rows = worker[worker["event"].str.startswith("read_counts")]
+    ops = select(at, EventKind.ROW_OP)
+    read_rows = select(at, EventKind.READ)
     read_ns = int(read_rows["time_ns"].iloc[0])
-    upd = worker[worker["event"] == "_update_states"]
+    upd = select(at, EventKind.UPDATE_STATES)
     upd_start = int(upd["time_ns"].iloc[0]) if len(upd) else int(read_ns)
-    land = prev[(prev["actor"] == "default_stream") & (prev["event"] == "counts_d2h_land")]
+    land = select(prev, EventKind.LANDING)
     land_ns = int(land["time_ns"].iloc[0]) if len(land) else -1
     d2h = prev[prev["event"] == "counts_d2h"]
     points = [upd_start, read_ns] + ([land_ns] if land_ns >= 0 else [])

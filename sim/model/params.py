@@ -259,6 +259,17 @@ class Scenario:
         return dataclasses.asdict(self)
 
 
+def row_op_ns(t: Any) -> dict[str, Any]:
+    """Mean duration of each row operation of ``_update_states``, by kind, for a
+    :class:`TimingParams` (or the vector tier's per-point means, which have the same fields)."""
+    return {
+        "remove": t.worker_remove_ns,
+        "add": t.worker_add_ns,
+        "move": t.worker_condense_move_ns,
+        "swap": t.worker_swap_ns,
+    }
+
+
 _SECTION_CLASSES: dict[str, type] = {
     "engine": EngineParams,
     "workload": WorkloadParams,
@@ -362,6 +373,12 @@ def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
+def builtin_timing_text(name_or_path: str) -> tuple[str, bool]:
+    """A timing file's text, and whether it is a built-in one (by name, not by path)."""
+    text, _stem, origin = _resolve(name_or_path, "timing", "timing file")
+    return text, origin.startswith("built-in ")
+
+
 def _read_text(path: Path) -> str:
     try:
         return path.read_text()
@@ -374,6 +391,9 @@ def _parse_toml(text: str, origin: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecraceError(f"{origin}: not valid TOML: {e}") from None
+    except ValueError:  # int() of a literal past Python's 4,300 digits
+        raise SpecraceError(f"{origin}: an integer of thousands of digits is out of range "
+                            "(|x| <= 10^13)") from None  # fmt: skip
     except RecursionError:
         raise SpecraceError(f"{origin}: nested too deeply") from None
 
@@ -384,6 +404,9 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
     for key in raw:
         if key not in known:
             raise SpecraceError(f"{origin}: unknown key {key!r}")
+    for key in ("name", "description"):
+        if key in raw and not isinstance(raw[key], str):
+            raise SpecraceError(f"{origin}: {key} must be text, got {type(raw[key]).__name__}")
     try:
         engine = _build(EngineParams, raw.get("engine", {}), "engine", origin)
         workload = _build(WorkloadParams, raw.get("workload", {}), "workload", origin)
@@ -434,6 +457,9 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except ValueError:  # int() of a literal past Python's 4,300 digits
+        raise SpecraceError(f"{text[:12]}... ({len(text):,} characters) is out of range "
+                            "(|x| <= 10^13)") from None  # fmt: skip
 
 
 def _build(cls: type, table: Any, prefix: str, origin: str) -> Any:

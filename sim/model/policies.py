@@ -246,8 +246,36 @@ SYNC_SCHEDULING = Policy("async-off", "async scheduling off", W.BEFORE_READ, dir
 
 
 def get_policy(name: str) -> Policy:
+    """One of :data:`POLICIES` by name (``async-off`` is no choice of a vLLM version)."""
+    return named(name, async_off=False)
+
+
+# -- naming a policy on a command line ------------------------------------------------------
+ALL = "all"  # every policy of POLICIES (and async-off where a command takes it)
+ASYNC_OFF = SYNC_SCHEDULING.name
+NO_SPEC = "no-spec"  # sim.resolve's answer for a configuration without speculative decoding
+
+
+def named(name: str, async_off: bool = True) -> Policy:
+    """The policy called ``name``; ``async-off`` is vLLM's synchronous path, where allowed."""
+    if async_off and name == ASYNC_OFF:
+        return SYNC_SCHEDULING
     try:
         return POLICIES[name]
     except KeyError:
-        known = ", ".join(POLICIES)
+        known = ", ".join([*POLICIES, *([ASYNC_OFF] if async_off else [])])
         raise SpecraceError(f"unknown policy {name!r} (known: {known}, all)") from None
+
+
+def select(text: str, async_off: bool = False, many: bool = True) -> tuple[Policy, ...]:
+    """The policies a ``--policy`` argument names: ``all``, one name or (``many``) a comma
+    list; ``async-off`` only where the command runs it (``all`` then ends with it). Usable as
+    an argparse ``type=`` (``functools.partial`` for the options); raises
+    :class:`SpecraceError` with the line the CLI prints."""
+    if text == ALL:
+        return (*POLICIES.values(), *([SYNC_SCHEDULING] if async_off else []))
+    names = text.split(",") if many else [text]
+    chosen = tuple(named(n, async_off) for n in names)
+    if len(set(names)) != len(names):
+        raise SpecraceError(f"--policy {text}: a policy appears twice")
+    return chosen

@@ -16,6 +16,9 @@ For request r in row ``row`` of step N+1 with ``prev_row = prev_positions[row] >
   step N), so the state comes from a slot the prefill never wrote;
 - ``margin_ns``: distance from the DMA landing to the nearest writing row op of step N+1
   (for ``unlanded``: landing minus read time, positive).
+
+Each of these is :mod:`sim.model.verdict`'s judgement; this module only lays the SimPy tier's
+reads out as a table.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import pandas as pd
 
 from sim.model.schedule import Schedule
 from sim.model.simulate import Model
+from sim.model.verdict import HazardKind, judge, kind_and_margin, participating, prompt_state_lost
 
 READ_COLUMNS = {
     "step": "int64",
@@ -68,12 +72,9 @@ def build_reads(schedule: Schedule, model: Model) -> pd.DataFrame:
     pnd = np.concatenate([s.prev_num_draft_tokens for s in cur])
     pnd_starts = np.cumsum([len(s.prev_num_draft_tokens) for s in cur])
     pnd_starts = np.concatenate([[0], pnd_starts[:-1]])
-    participating = pnd[pnd_starts[step_of - 1] + src] > 0
+    part = participating(pnd, pnd_starts[step_of - 1] + src)
     cpu = np.concatenate([model.timing[n].cpu_counts for n in range(1, len(steps))])[keep]
-    # §3: rows with prev_num_draft_tokens > 0 take valid_sampled_token_count on the GPU.
-    gpu = pol.gpu_consumed(cpu, true, participating)
-    cpu_wrong = pol.cpu_wrong(cpu, true)
-    gpu_wrong = gpu != true
+    gpu, cpu_wrong, gpu_wrong = judge(pol, cpu, true, part)
     kinds, margins = _step_kinds(model, len(steps))
     kind = kinds[step_of]
     req_ids = np.concatenate([np.asarray(s.req_ids, dtype=object) for s in cur])[keep]
@@ -88,9 +89,9 @@ def build_reads(schedule: Schedule, model: Model) -> pd.DataFrame:
         "gpu_value": gpu,
         "cpu_wrong": cpu_wrong,
         "gpu_wrong": gpu_wrong,
-        "kind": np.where(cpu_wrong | gpu_wrong, kind, ""),
+        "kind": np.where(cpu_wrong | gpu_wrong, kind, HazardKind.NONE.value),
         "gdn_slot": gpu - 1,
-        "prompt_state_lost": gpu_wrong & (prev_drafts == 0) & (gpu > 1),
+        "prompt_state_lost": prompt_state_lost(gpu_wrong, prev_drafts, gpu),
         "margin_ns": margins[step_of],
     }
     return pd.DataFrame(cols).astype(READ_COLUMNS)
@@ -106,13 +107,9 @@ def _step_kinds(model: Model, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
     margins = np.zeros(n_steps, dtype=np.int64)
     for n in range(1, n_steps):
         tim = model.timing[n]
-        land, read = model.timing[n - 1].land_ns, tim.read_ns
         writes = [t for t, w in zip(tim.op_write_ns, tim.op_is_write, strict=True) if w]
-        if land < 0 or land > read:
-            kinds[n], margins[n] = "unlanded", (land - read if land >= 0 else -1)
-        else:
-            kinds[n] = "ownership" if any(t < land for t in writes) else "double-permute"
-            margins[n] = min((abs(land - t) for t in writes), default=read - land)
+        kind, margins[n] = kind_and_margin(model.timing[n - 1].land_ns, tim.read_ns, writes)
+        kinds[n] = kind.value
     return kinds, margins
 
 

@@ -242,6 +242,9 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
             f"this specrace reads version {SCHEMA_VERSION}; regenerate it with `python -m sim "
             "schedule`"
         )
+    from sim.model.schedule_check import check_header, check_meaning
+
+    check_header(d, origin)
     try:
         seed, steps = d["seed"], d["steps"]
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -270,6 +273,7 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
     except (TypeError, ValueError, OverflowError) as e:
         raise SpecraceError(f"{origin}: malformed schedule: {e}") from None
     check_schedule(sched, origin)
+    check_meaning(sched, origin)
     return sched
 
 

@@ -37,7 +37,7 @@ import simpy
 
 from sim.model.counts_buffer import apply_op
 from sim.model.cuda import CudaEvent, Stream
-from sim.model.params import TimingParams
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import SYNC_SCHEDULING, Policy
 from sim.model.rng import (
     Actor,
@@ -47,8 +47,8 @@ from sim.model.rng import (
     WorkerSlot,
 )
 from sim.model.schedule import Schedule
-
-WRITE_OPS = ("add", "move", "swap")
+from sim.model.trace import DEFAULT_STREAM, LANDING, UPDATE_STATES, WORKER, read_event
+from sim.model.verdict import WRITE_OPS
 
 
 @dataclass
@@ -249,12 +249,7 @@ class Model:
         env, t, j = self.env, self.t, self.jit_worker
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
         cached_loop_done = False
-        dur = {
-            "remove": t.worker_remove_ns,
-            "add": t.worker_add_ns,
-            "move": t.worker_condense_move_ns,
-            "swap": t.worker_swap_ns,
-        }
+        dur = row_op_ns(t)
         t_update = env.now
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_loop_done:
@@ -270,7 +265,7 @@ class Model:
         if not cached_loop_done:
             yield from self._cached_loop(step, n_cached)
         yield env.timeout(j(step, WorkerSlot.REFRESH, t.worker_refresh_metadata_ns))
-        self.log("worker_cpu", "_update_states", step, start=t_update)
+        self.log(WORKER, UPDATE_STATES, step, start=t_update)
 
     def _cached_loop(self, step: int, n_cached: int):
         t0 = self.env.now
@@ -283,7 +278,7 @@ class Model:
         tim.cpu_counts = self.policy.cpu_read(
             self.buf, self.private, rec.prev_positions, rec.num_reqs
         )
-        self.log("worker_cpu", f"read_counts:{self.policy.read_mode}", step, value=rec.num_reqs)
+        self.log(WORKER, read_event(self.policy.read_mode), step, value=rec.num_reqs)
 
     def _enqueue_sample(self, step: int, rec, tim: StepTiming) -> None:
         t, jg = self.t, self.jit_gpu
@@ -294,7 +289,7 @@ class Model:
             tim.land_ns = now
             self.buf[: len(counts)] = counts
             self.private[: len(counts)] = counts
-            self.log("default_stream", "counts_d2h_land", step, value=len(counts))
+            self.log(DEFAULT_STREAM, LANDING, step, value=len(counts))
 
         G = GpuSlot
         s.enqueue("sample", step, jg(step, G.SAMPLE, t.gpu_sample_ns))

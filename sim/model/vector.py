@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.model.params import TimingParams
+from sim.model.params import TimingParams, row_op_ns
 from sim.model.policies import SYNC_SCHEDULING, Policy
 from sim.model.reads import READ_COLUMNS
 from sim.model.rng import (
@@ -62,10 +62,16 @@ from sim.model.rng import (
     uniform,
 )
 from sim.model.schedule import Schedule, StepRecord
+from sim.model.verdict import (
+    KINDS,  # kind codes 0..3
+    judge,
+    kind_codes,
+    margins,
+    participating,
+    prompt_state_lost,
+)
 
 READ_COLUMNS_POINTS = {"point": "int32", **READ_COLUMNS}  # reads.parquet with the point index
-KINDS = ("", "unlanded", "ownership", "double-permute")  # kind codes 0..3
-_UNLANDED, _OWNERSHIP, _DOUBLE = 1, 2, 3
 
 
 class _Means:
@@ -187,12 +193,7 @@ def simulate_points(
     draw_w = StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps)  # + row ops per step
     draw_g = StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps)
     draw_s = StepDraws(seed, Actor.STALL, 1, n_steps)
-    op_mean = {
-        "remove": m.worker_remove_ns,
-        "add": m.worker_add_ns,
-        "move": m.worker_condense_move_ns,
-        "swap": m.worker_swap_ns,
-    }
+    op_mean = row_op_ns(m)
 
     R = schedule.max_num_reqs
     # num_accepted_tokens_cpu and #51599's buffer, one column per point; int8 holds every
@@ -443,30 +444,24 @@ class _Accumulator:
         src = pp[rows]
         true = prev.accepted[src]
         prev_drafts = prev.drafts[src]
-        participating = cur.prev_num_draft_tokens[src] > 0
-        # The step's hazard kind, per point (reads.build_reads); the margin only when kept.
-        unlanded = (land < 0) | (land > read)
-        if not writes:
-            kind_landed = np.full(P, _DOUBLE)
-        else:  # write times only grow: the first writing op is the earliest write
-            kind_landed = np.where(writes[0] < land, _OWNERSHIP, _DOUBLE)
-        kind = np.where(unlanded, _UNLANDED, kind_landed)
+        part = participating(cur.prev_num_draft_tokens, src)
+        # The step's hazard kind, per point (the verdict's); the margin only when kept.
+        kind, unlanded = kind_codes(land, read, writes)
+        kind = np.broadcast_to(kind, (P,))
         self.n_reads += nr
         cpu_rows = cpu_all if nr == len(cpu_all) else cpu_all[rows]
-        if not self.keep and self._sparse_step(
-            cur, rows, cpu_rows, true, participating, prev_drafts, kind
-        ):
+        if not self.keep and self._sparse_step(cur, rows, cpu_rows, true, part, prev_drafts, kind):
             return
         # Dense: every (read, point) through the policy's functions, in int8 (counts are
         # 1..k+1 <= 16; a narrow dtype is what makes 10^4 points cheap).
         cpu = cpu_rows.astype(np.int8)
         true_c = true.astype(np.int8)[:, None]
-        gpu = self.pol.gpu_consumed(cpu, true_c, participating[:, None])
+        gpu, cpu_wrong, gpu_wrong = judge(self.pol, cpu, true_c, part[:, None])
         gpu = np.broadcast_to(gpu, (nr, P))
-        cpu_wrong = np.asarray(self.pol.cpu_wrong(cpu, true_c))
+        cpu_wrong = np.asarray(cpu_wrong)
         if cpu_wrong.shape != (nr, P):  # a policy that reads no buffer: one answer per read
             cpu_wrong = np.broadcast_to(cpu_wrong.reshape(nr, -1), (nr, P))
-        gpu_wrong = gpu != true_c
+        gpu_wrong = np.ascontiguousarray(np.broadcast_to(gpu_wrong, (nr, P)))
         wrong = cpu_wrong | gpu_wrong
         first = np.flatnonzero(prev_drafts == 0)  # only these can lose the prompt state
         lost_first = gpu_wrong[first] & (gpu[first] > 1)
@@ -482,11 +477,7 @@ class _Accumulator:
             r_idx, p_idx = np.nonzero(gpu_wrong)
             self._corrupt(cur, rows[r_idx], p_idx)
         if self.keep:
-            if not writes:
-                margin_landed = read - land
-            else:
-                margin_landed = np.min([np.abs(land - t) for t in writes], axis=0)
-            margin = np.where(unlanded, np.where(land >= 0, land - read, -1), margin_landed)
+            margin = margins(land, read, writes, unlanded)
             lost = np.zeros((nr, P), dtype=bool)
             lost[first] = lost_first
             # Point-major, so a point's reads are contiguous as in the SimPy tier.
@@ -512,7 +503,7 @@ class _Accumulator:
 
     SPARSE_MAX = 0.05  # above this fraction of wrong CPU values the dense path is cheaper
 
-    def _sparse_step(self, cur, rows, cpu_rows, true, participating, prev_drafts, kind) -> bool:
+    def _sparse_step(self, cur, rows, cpu_rows, true, part, prev_drafts, kind) -> bool:
         """The step's counts from its wrong CPU values only, if that is exact and cheaper.
 
         The policy functions are elementwise; where a CPU value equals the truth a policy
@@ -520,8 +511,8 @@ class _Accumulator:
         mismatched (read, point) pairs can be wrong. Returns False to take the dense path.
         """
         P, nr = self.P, len(rows)
-        probe_gpu = np.asarray(self.pol.gpu_consumed(true, true, participating))
-        if (probe_gpu != true).any() or np.asarray(self.pol.cpu_wrong(true, true)).any():
+        _g, probe_cpu_wrong, probe_gpu_wrong = judge(self.pol, true, true, part)
+        if np.asarray(probe_gpu_wrong).any() or np.asarray(probe_cpu_wrong).any():
             return False
         mis = cpu_rows != true.astype(cpu_rows.dtype)[:, None]  # int8: no widening
         n_mis = int(np.count_nonzero(mis))
@@ -531,10 +522,10 @@ class _Accumulator:
             return True
         r_idx, p_idx = _nonzero_2d(mis)
         c, t = cpu_rows[r_idx, p_idx], true[r_idx]
-        g = np.asarray(self.pol.gpu_consumed(c, t, participating[r_idx]))
-        cw = np.broadcast_to(np.asarray(self.pol.cpu_wrong(c, t)), (n_mis,))
-        gw = g != t
-        lost = gw & (prev_drafts[r_idx] == 0) & (g > 1)
+        g, cw, gw = judge(self.pol, c, t, part[r_idx])
+        g = np.asarray(g)
+        cw = np.broadcast_to(np.asarray(cw), (n_mis,))
+        lost = prompt_state_lost(gw, prev_drafts[r_idx], g)
         self.cpu_wrong += np.bincount(p_idx[cw], minlength=P)
         n_gw = np.bincount(p_idx[gw], minlength=P)
         self.gpu_wrong += n_gw

@@ -9,16 +9,14 @@ table to the :class:`VllmSetup` it describes, so a scenario can be checked too.
 from __future__ import annotations
 
 from sim.model.params import EngineParams
-from sim.model.policies import POLICIES
+from sim.model.policies import ALL, NO_SPEC, POLICIES
 from sim.resolve.resolution import PATCH_POLICY, Resolution, VllmSetup, resolve
-
-ALL = "all"
 
 
 def check_policy(res: Resolution, policy: str) -> str | None:
     """``None`` if simulating ``policy`` (a POLICIES key or ``all``) matches ``res``."""
     v = res.setup.vllm
-    if res.policy == "no-spec":
+    if res.policy == NO_SPEC:
         return "no speculative decoding: there are no accepted counts, no policy applies"
     if not res.async_scheduling and res.runner == "v1":
         return (

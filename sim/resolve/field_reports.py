@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from sim.model.policies import POLICIES
+from sim.model.policies import NO_SPEC, POLICIES
 from sim.resolve.resolution import VllmSetup, resolve
 from sim.resolve.risk import (
     BALANCED_GPU,
@@ -130,7 +130,7 @@ def predict(arm: Arm, timing: str) -> tuple[str, RateEstimate]:
         return f"{policy.name} (what-if)", simulate_rates(sc, policy, arm.seeds, arm.steps)
     rep = assess(arm.setup, overrides, seeds=arm.seeds, steps=arm.steps, mitigations=False)
     if rep.estimate is None:  # no speculative decoding: zero by construction, not simulated
-        none = RateEstimate("no-spec", 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0, 0, {},
+        none = RateEstimate(NO_SPEC, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0, 0, {},
                             0.0, 0.0)  # fmt: skip
         return rep.resolution.policy, none
     return rep.resolution.policy, rep.estimate

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from sim.errors import SpecraceError
-from sim.model.policies import POLICIES
+from sim.model.policies import NO_SPEC, POLICIES
 from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import FACTS, RELEASES
 from sim.resolve.rules import Fired, fire
@@ -131,7 +131,7 @@ class VllmSetup:
 @dataclass(frozen=True)
 class Resolution:
     setup: VllmSetup
-    policy: str  # key of POLICIES, "async-off", or "no-spec"
+    policy: str  # key of POLICIES, "async-off", or NO_SPEC
     runner: str  # "v1" or "v2"
     prefix_caching: bool
     mamba_cache_mode: str
@@ -141,7 +141,7 @@ class Resolution:
 
     @property
     def path(self) -> str:
-        if self.policy == "no-spec":
+        if self.policy == NO_SPEC:
             return "no speculative decoding: no accepted counts"
         async_ = "async" if self.async_scheduling else "sync"
         return (
@@ -186,7 +186,7 @@ def resolve(setup: VllmSetup) -> Resolution:
 
     if setup.spec_method == "none":
         fired.append(fire("spec-event", v))
-        return Resolution(setup, "no-spec", "v1", pc, mode, setup.async_scheduling != "off",
+        return Resolution(setup, NO_SPEC, "v1", pc, mode, setup.async_scheduling != "off",
                           tuple(fired))  # fmt: skip
 
     # 3. model runner (config/vllm.py VllmConfig.use_v2_model_runner)

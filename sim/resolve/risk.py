@@ -25,7 +25,7 @@ import numpy as np
 
 from sim.errors import SpecraceError
 from sim.model.params import Scenario, load_scenario
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.policies import ALL, NO_SPEC, POLICIES, Policy, named
 from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
@@ -184,7 +184,7 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
 
 
 def policy_object(name: str) -> Policy:
-    return SYNC_SCHEDULING if name == SYNC_SCHEDULING.name else POLICIES[name]
+    return named(name)
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ def assess(
     overrides = {**(BALANCED_GPU if gpu_timing == "balanced" else {}), **user}
     res = resolve(setup)
     if policy:
-        if policy != "all" and policy not in POLICIES:
+        if policy != ALL and policy not in POLICIES:
             raise SpecraceError(f"--policy {policy!r}: unknown (known: {', '.join(POLICIES)})")
         msg = check_policy(res, policy)
         if msg:
@@ -330,7 +330,7 @@ def assess(
     if user:
         source += "; overridden by --set " + ", ".join(sorted(user))
     scenario = build_scenario(res, overrides)
-    if res.policy == "no-spec":
+    if res.policy == NO_SPEC:
         return RiskReport(setup, res, scenario, None, (), source)
     cache: dict[tuple[str, bool, bool], RateEstimate] = {}
 

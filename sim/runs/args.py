@@ -25,3 +25,20 @@ def int_in(lo: int, hi: int, shown: str):
 
 steps_arg = int_in(1, MAX_STEPS, f"1..{MAX_STEPS:,}")  # --steps: engine steps
 seed_arg = int_in(0, 2**63 - 1, "0..2^63-1")  # --seed
+
+
+BUDGET_H_MAX = 10**6
+
+
+def budget_arg(text: str) -> float:
+    """``--budget HOURS``: the CPU hours a search may be estimated to take (0 < h <= 10^6)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not 0 < value <= BUDGET_H_MAX:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be in (0, {BUDGET_H_MAX:,}] hours, got {text}")
+    return value
+
+
+step_index_arg = int_in(0, MAX_STEPS - 1, f"0..{MAX_STEPS - 1:,}")  # --step: one engine step

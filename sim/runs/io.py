@@ -42,12 +42,13 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def check_out_path(path: Path) -> None:
-    """An output file's path: not empty, not a directory, no file where a folder belongs."""
+    """An output file's path: not empty, not a directory, no file where a folder belongs, no
+    link that loops or dangles (``sim.runs.outputs.check_path``)."""
+    from sim.runs.outputs import check_path
+
     if not str(path) or path.is_dir():
         raise SpecraceError(f"--out {path}: a file name is needed, not a directory")
-    for parent in path.parents:
-        if parent.exists() and not parent.is_dir():
-            raise SpecraceError(f"--out {path}: {parent} is not a directory")
+    check_path(path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -81,53 +82,66 @@ def _umask() -> int:
 
 
 @contextmanager
-def fresh_output_dir(out: Path, force: bool = False) -> Iterator[Path]:
+def fresh_output_dir(out: Path, force: bool = False, kind: str = "run") -> Iterator[Path]:
     """A run directory written whole or not at all.
 
-    Yields a temporary directory beside ``out``; on success it replaces ``out`` (which must be
-    absent or empty unless ``force``), on failure or Ctrl-C it is removed and ``out`` is left
-    as it was. A directory holds one run: writing a second run into it is refused.
+    Yields a temporary directory beside ``out``; on success it is marked as a specrace ``kind``
+    output (``sim.runs.outputs``) and replaces ``out``, which must be absent or empty, or, with
+    ``force``, specrace's own (:func:`sim.runs.outputs.prepare_dir`). On failure or Ctrl-C the
+    temporary, and any parent folder this call created, is removed and ``out`` is left as it
+    was. A directory holds one run: writing a second run into it is refused.
     """
-    if not str(out):
-        raise SpecraceError("--out is empty: name a directory")
-    if out.name in ("", ".", "..") or out.resolve() in (Path.cwd(), *Path.cwd().parents):
-        raise SpecraceError(
-            f"--out {out} is the working directory or a folder above it, which a run cannot "
-            "replace: name a new directory"
-        )
-    if out.exists() and not out.is_dir():
-        raise SpecraceError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise SpecraceError(f"--out {out} is not empty (a previous run?): --force replaces it")
-    for parent in out.parents:
-        if parent.exists() and not parent.is_dir():
-            raise SpecraceError(f"--out {out}: {parent} is not a directory")
+    from sim.runs.outputs import prepare_dir, write_marker
+
+    path = prepare_dir(out, kind, replace=True, force=force)
+    top = path.parent
+    while not top.parent.exists():
+        top = top.parent
+    created = top if not top.exists() else None  # the first parent folder this run makes
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     except OSError as e:
         raise SpecraceError(f"--out {out}: cannot create: {e.strerror}") from None
+    done = False
     try:
         yield tmp
+        write_marker(tmp, kind)
         os.chmod(tmp, 0o777 & ~_umask())
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
+            os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, out)
-        remove_stale(out.parent, out.name)  # what a killed earlier run of this --out left
+            os.replace(tmp, path)
+        done = True
+        remove_stale(path.parent, path.name)  # what a killed earlier run of this --out left
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not done and created is not None:
+            _remove_empty(path.parent, created)
 
 
-def ensure_out_dir(out: Path) -> Path:
-    if out.exists() and not out.is_dir():
-        raise SpecraceError(f"--out {out} exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def _remove_empty(folder: Path, top: Path) -> None:
+    """Remove ``folder`` and its parents up to ``top`` while they are empty (this run made them)."""
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent
+
+
+def ensure_out_dir(out: Path, kind: str) -> Path:
+    """A folder a command writes its files into (``sim.runs.outputs.prepare_dir``), created and
+    marked."""
+    from sim.runs.outputs import claim_dir, prepare_dir
+
+    return claim_dir(prepare_dir(out, kind, replace=False), kind)
 
 
 def read_parquet(path: Path, what: str, schema: dict[str, str] | None = None):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_check.device_clock import fit_offset
 from gpu_check.replay import ReplayConfig, ScriptedCounts, replay
+from gpu_check.replay.device_clock import fit_offset
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
@@ -74,7 +74,7 @@ def test_device_clock_lands_within_10_us_of_its_aim() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     from gpu_check.replay import CudaCounts
-    from gpu_check.replay_cli import _device_clock_lag
+    from gpu_check.replay.cli import _device_clock_lag
 
     dev = CudaCounts(16)
     lag = _device_clock_lag(dev, 200_000)

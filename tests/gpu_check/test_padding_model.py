@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from load import limit_s
 
 from gpu_check.padding import capture_sizes, gdn_full_metadata, padding_report, plan_padding
 
@@ -64,7 +65,7 @@ def test_batches_past_the_largest_capture_size_run_eager():
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gpu_check", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(120),
         env=ENV | (env or {}),
     )  # fmt: skip
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from load import limit_s
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
 from policy_cases import MINIMAL_RACE
@@ -21,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"H": 2, "HV": 4, "K": 16, "V": 8}
 
 
-def run_module(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def run_module(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``timeout``: what the command takes on an idle machine, scaled by tests/load.py."""
     return subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+                          text=True, timeout=limit_s(timeout))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_qwen35_random_landings_agree_with_the_write_log() -> None:
 
 
 def test_gdn_consequence_wrong_iff_diverged(minimal) -> None:
-    from gpu_check.replay_gdn import add_gdn_columns
+    from gpu_check.replay.gdn import add_gdn_columns
 
     sc, sched = minimal
     plan = [2 if n == 4 else 0 for n in range(1, len(sched.steps))]
@@ -136,7 +138,7 @@ def test_replay_of_an_empty_batch_step_and_of_a_single_step(tmp_path: Path) -> N
     r = subprocess.run(
         [sys.executable, "-m", "sim", "schedule", "--set", "workload.initial_requests=0",
          "--steps", "30", "--out", str(sched_dir)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(120),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     for extra, name in ((["--schedule", str(sched_dir / "schedule.json")], "empty"),
@@ -145,7 +147,7 @@ def test_replay_of_an_empty_batch_step_and_of_a_single_step(tmp_path: Path) -> N
         r = subprocess.run(
             [sys.executable, "-m", "gpu_check", "replay", "--device", "cpu", *extra,
              "--out", str(out)],
-            cwd=ROOT, capture_output=True, text=True, timeout=120,
+            cwd=ROOT, capture_output=True, text=True, timeout=limit_s(120),
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert (out / "observed.parquet").is_file() and (out / "replay_summary.json").is_file()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from load import limit_s
 
 from gpu_check.vllm import c_ops
 from gpu_check.vllm.carry import write_stubs
@@ -24,7 +25,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
-        timeout=300,
+        timeout=limit_s(300),
     )
 
 

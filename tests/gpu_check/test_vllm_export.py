@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from load import limit_s
 
 from gpu_check.vllm.export import export_run, landing
 from sim.model.schedule import read_schedule
@@ -119,6 +120,8 @@ def test_the_exported_schedule_feeds_the_existing_replay(exported: Path, tmp_pat
     cmd = [sys.executable, "-m", "gpu_check", "replay", "--schedule",
            str(exported / "schedule.json"), "--device", "cpu", "--policy", "align",
            "--out", str(tmp_path)]  # fmt: skip
-    res = subprocess.run(cmd, cwd=DATA.parents[2], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        cmd, cwd=DATA.parents[2], capture_output=True, text=True, timeout=limit_s(300)
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "observed.parquet").is_file()

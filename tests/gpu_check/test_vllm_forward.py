@@ -10,15 +10,8 @@ import pandas as pd
 import pytest
 
 from gpu_check.__main__ import main
-from gpu_check.vllm.forward import (
-    TABLE_COLUMNS,
-    calibrate,
-    find_configs,
-    forward_row,
-    group_name,
-    table_markdown,
-    timing_toml,
-)
+from gpu_check.vllm.calibrate import calibrate, find_configs, group_name, timing_toml
+from gpu_check.vllm.forward import TABLE_COLUMNS, forward_row, table_markdown
 from sim.model.params import timing_file_overrides
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"

@@ -1,0 +1,311 @@
+"""Calibration of sim's timing from the measured real-vLLM runs (``vllm-forward``'s first half).
+
+One timing set per (vLLM release, ``mamba_cache_mode``, ``max_num_seqs``), every median over
+steps >= 2 of the group's configurations, read from their raw step records: host costs from
+the runs without added GPU delay, the jitter and stalls from the step spans, one GPU line for
+every release from the GPU-bound align runs, the copy's landing delay from the ``h200`` timing
+file. docs/forward-prediction.md gives every rule.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_check.vllm.export import load_raw, prepared_steps
+from sim.errors import SpecraceError
+from sim.model.params import (
+    TimingParams,
+    timing_file_overrides,
+)
+
+GPU_BOUND_ENTRY_FRACTION = 0.1  # configs whose copy landed at _update_states in < 10 % of steps
+STALL_FACTOR = 1.5
+MEASURED_ON_H200 = ("dma_land_delay_ns", "worker_event_sync_ns", "worker_copy_to_gpu_ns")
+PRIORS = ("gpu_prep_ns", "gpu_sample_ns", "gpu_drafter_ns")
+ZEROED = (
+    "engine_output_ipc_ns", "engine_update_ns_per_req", "engine_schedule_ns_base",
+    "engine_schedule_ns_per_req", "engine_input_ipc_ns",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One exported V1 configuration of data/vllm and its raw record."""
+
+    run: str
+    folder: Path
+    raw_path: Path
+    mode: str
+    vllm: str
+    max_num_seqs: int
+    gpu_delay_us: int
+    export: dict[str, Any]
+
+    @property
+    def group(self) -> tuple[str, str, int]:
+        return (self.vllm, self.mode, self.max_num_seqs)
+
+
+def find_configs(root: Path) -> list[Measured]:
+    """Every exported V1 configuration under ``root`` (MRv2 folders are left out: no row ops,
+    no counts D2H, nothing for sim's row model to time)."""
+    if not root.is_dir():
+        raise SpecraceError(f"{root}: not a folder (expected data/vllm)")
+    out = []
+    for exp in sorted(root.glob("*/*/export.json")):
+        meta = json.loads(exp.read_text())
+        if meta.get("runner") == "v2" or not (exp.parent / "steps_vllm.parquet").is_file():
+            continue
+        run = exp.parent.parent.name
+        raw = exp.parent.parent / "raw" / f"raw_{exp.parent.name}.json.gz"
+        if not raw.is_file():
+            raise SpecraceError(f"{raw}: raw record missing for {exp.parent}")
+        out.append(
+            Measured(
+                run=run, folder=exp.parent, raw_path=raw, mode=meta["mode"],
+                vllm=meta["vllm_version"], max_num_seqs=int(meta["max_num_seqs"]),
+                gpu_delay_us=int(meta["gpu_delay_us"]), export=meta,
+            )
+        )  # fmt: skip
+    if not out:
+        raise SpecraceError(f"{root}: no exported vLLM configuration (*/<mode>_<config>/)")
+    return out
+
+
+# -- measured spans ---------------------------------------------------------------------------
+def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
+    """Per step (>= 2) the host spans the calibration uses, ns."""
+    steps = prepared_steps(raw)
+    rows = []
+    for n in range(2, len(steps)):
+        s, prev = steps[n], steps[n - 1]
+        ops = s["ops"]
+        new = {x[0] for x in s["new"]}
+        n_cached = len(s["req_ids"]) - len(new) - len(s.get("resumed", []))
+        rows.append(
+            {
+                "num_reqs": len(s["req_ids"]),
+                "n_cached": n_cached,
+                "tokens": int(sum(s["num_sched_rows"])),
+                "ops_ns": int(sum(o[5] - o[4] for o in ops)),
+                "update_states_ns": int(s["t_us_end"] - s["t_us_start"]),
+                "prepare_1_ns": int(s["t_read"] - s["t_us_end"]),
+                "prepare_inputs_ns": int(s["t_read_end"] - s["t_read"]),
+                "launch_to_d2h_ns": int(s["t_d2h_issued"] - s["t_read_end"]),
+                "d2h_to_update_ns": int(s["t_us_start"] - prev["t_d2h_issued"]),
+                "interval_ns": int(s["t_enter"] - prev["t_enter"]),
+                "entry": bool(s.get("landed_at_update_states")),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def op_spans(raw: dict[str, Any]) -> dict[str, list[int]]:
+    """Span of every remove/add/swap, and per condense call its span over its moves (ns)."""
+    out: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
+    for s in prepared_steps(raw)[2:]:
+        calls: dict[int, list] = {}
+        for o in s["ops"]:
+            if o[0] == "move":
+                calls.setdefault(int(o[8]), []).append(o)
+            else:
+                out[o[0]].append(int(o[5] - o[4]))
+        for moves in calls.values():
+            span = max(m[5] for m in moves) - min(m[4] for m in moves)
+            out["move"].append(int(span / len(moves)))
+    return out
+
+
+def _median(xs: Iterable[float]) -> int:
+    a = np.asarray(list(xs), dtype=np.float64)
+    return int(round(float(np.median(a)))) if a.size else 0
+
+
+# -- calibration ------------------------------------------------------------------------------
+def calibrate(configs: list[Measured]) -> dict[str, Any]:
+    """The calibrated timing of every (release, mode, max_num_seqs) group and the GPU line."""
+    raws = {c.folder: load_raw(c.raw_path) for c in configs}
+    spans = {c.folder: step_spans(raws[c.folder]) for c in configs}
+    measured = timing_file_overrides(["h200"]).items()
+    h200 = {k.split(".", 1)[1]: int(json.loads(v)) for k, v in measured}
+    prior = TimingParams()
+    groups: dict[str, Any] = {}
+    for group in sorted({c.group for c in configs}):
+        base = [c for c in configs if c.group == group and c.gpu_delay_us == 0]
+        if base:
+            groups[group_name(group)] = _host(base, raws, spans, h200, prior)
+    gpu = _gpu_line(configs, spans, prior, groups)
+    for g in groups.values():
+        g["timing"]["gpu_forward_ns_base"] = gpu["gpu_forward_ns_base"]
+        g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
+        g["timing"] = dict(sorted(g["timing"].items()))
+    return {"gpu": gpu, "groups": groups}
+
+
+def _gpu_line(
+    configs: list[Measured],
+    spans: dict[Path, pd.DataFrame],
+    prior: TimingParams,
+    groups: dict[str, Any],
+) -> dict[str, Any]:
+    bound = [
+        c
+        for c in configs
+        if c.mode == "align" and spans[c.folder]["entry"].mean() < GPU_BOUND_ENTRY_FRACTION
+    ]
+    seqs = sorted({c.max_num_seqs for c in bound})
+    if len(seqs) < 2 or len({c.gpu_delay_us for c in bound}) < 2:
+        raise SpecraceError("the GPU line needs GPU-bound runs at two delays and two concurrencies")
+    # the host gap between the copy landing (align waits for it) and the next forward's launch
+    gap = {}
+    for s in seqs:
+        name = group_name((bound[0].vllm, "align", s))
+        if name not in groups:
+            raise SpecraceError(f"the GPU line needs a delay-0 run of {name}")
+        t = groups[name]["timing"]
+        gap[s] = (
+            t["worker_prepare_inputs_ns"] // 2 + t["worker_copy_to_gpu_ns"] + t["worker_launch_ns"]
+        )
+    x = np.array(
+        [[c.gpu_delay_us * 1e3] + [float(c.max_num_seqs == s) for s in seqs] for c in bound]
+    )
+    y = np.array([float(spans[c.folder]["interval_ns"].median()) for c in bound])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    slope, intercepts = float(coef[0]), {s: float(v) for s, v in zip(seqs, coef[1:], strict=True)}
+    tokens = {
+        s: float(np.median(np.concatenate(
+            [spans[c.folder]["tokens"].to_numpy() for c in bound if c.max_num_seqs == s]
+        )))
+        for s in seqs
+    }  # fmt: skip
+    lo, hi = seqs[0], seqs[-1]
+    gpu_ns = {s: intercepts[s] - gap[s] for s in seqs}  # the GPU's part of the step at delay 0
+    per_token = (gpu_ns[hi] - gpu_ns[lo]) / (tokens[hi] - tokens[lo])
+    # the drafter runs while the host prepares the next step (gap > drafter): not in the line
+    fwd_base = gpu_ns[lo] - per_token * tokens[lo] - prior.gpu_prep_ns - prior.gpu_sample_ns
+    return {
+        "configs": [f"{c.run}/{c.folder.name}" for c in bound],
+        "slope": round(slope, 4),
+        "intercept_ns": {str(s): int(round(v)) for s, v in intercepts.items()},
+        "host_gap_ns": {str(s): int(v) for s, v in gap.items()},
+        "tokens_per_step": {str(s): tokens[s] for s in seqs},
+        "gpu_forward_ns_per_token": int(round(per_token)),
+        "gpu_forward_ns_base": int(round(fwd_base)),
+        "residual_ms_max": round(float(np.max(np.abs(x @ coef - y))) / 1e6, 3),
+    }
+
+
+def _host(
+    base: list[Measured],
+    raws: dict[Path, dict[str, Any]],
+    spans: dict[Path, pd.DataFrame],
+    h200: dict[str, int],
+    prior: TimingParams,
+) -> dict[str, Any]:
+    ops: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
+    for c in base:
+        for k, v in op_spans(raws[c.folder]).items():
+            ops[k] += v
+    t = pd.concat([spans[c.folder] for c in base], ignore_index=True)
+    rest = (t["update_states_ns"] - t["ops_ns"]).to_numpy(np.float64)
+    per_req, intercept = np.polyfit(t["n_cached"].to_numpy(np.float64), rest, 1)
+    prepare = 2 * _median(t["prepare_1_ns"])
+    calm = t[t["entry"]]
+    launch = _median(calm["prepare_inputs_ns"]) - prepare // 2 - h200["worker_copy_to_gpu_ns"]
+    jitter, stall_prob, stall_ns = [], [], []
+    for c in base:  # spread and stalls within one pass: one process's host speed
+        one = spans[c.folder]
+        full = one["entry"] & (one["num_reqs"] == c.max_num_seqs)  # one mode of a bimodal span
+        p10_, p50_, p90_ = np.percentile(one.loc[full, "launch_to_d2h_ns"], [10, 50, 90])
+        jitter.append((p90_ - p10_) / (1.6 * p50_))
+        iv = one["interval_ns"].to_numpy(np.float64)
+        long = iv[iv > STALL_FACTOR * np.median(iv)]
+        stall_prob.append(len(long) / len(iv))
+        stall_ns.append(float(np.median(long - np.median(iv))) if len(long) else 0.0)
+    timing = {
+        "worker_remove_ns": _median(ops["remove"]),
+        "worker_add_ns": _median(ops["add"]),
+        "worker_swap_ns": _median(ops["swap"]),
+        "worker_condense_move_ns": _median(ops["move"]),
+        "worker_cached_loop_ns_per_req": max(int(round(per_req)), 0),
+        "worker_refresh_metadata_ns": max(int(round(intercept)), 0),
+        "worker_prepare_inputs_ns": prepare,
+        "worker_launch_ns": max(launch, 0),
+        "worker_sample_tokens_ns": _median(calm["launch_to_d2h_ns"]),
+        "worker_rpc_dispatch_ns": _median(calm["d2h_to_update_ns"]),
+        "jitter_frac": round(min(float(np.median(jitter)), 0.9), 4),
+        "worker_stall_prob": round(float(np.median(stall_prob)), 4),
+        "worker_stall_ns": _median(stall_ns),
+        **{k: h200[k] for k in MEASURED_ON_H200},
+        **{k: int(getattr(prior, k)) for k in PRIORS},
+        **dict.fromkeys(ZEROED, 0),
+    }
+    return {
+        "from": [f"{c.run}/{c.folder.name}" for c in base],
+        "steps": int(len(t)),
+        "steps_entry": int(len(calm)),
+        "ops": {k: len(v) for k, v in ops.items()},
+        "step_ms_median": round(float(np.median(t["interval_ns"])) / 1e6, 3),
+        "timing": dict(sorted(timing.items())),
+    }
+
+
+def group_name(group: tuple[str, str, int]) -> str:
+    return f"{group[0]}-{group[1]}-s{group[2]}"
+
+
+SOURCES = {
+    "worker_remove_ns": "median span of remove_request",
+    "worker_add_ns": "median span of add_request",
+    "worker_swap_ns": "median span of swap_states",
+    "worker_condense_move_ns": "median span of a condense call / its moves",
+    "worker_cached_loop_ns_per_req": "slope of (_update_states - its ops) vs cached requests",
+    "worker_refresh_metadata_ns": "intercept of the same fit",
+    "worker_prepare_inputs_ns": "2 x median(_update_states end -> _prepare_inputs start)",
+    "worker_launch_ns": "median(_prepare_inputs) - prepare/2 - copy_to_gpu (landed at entry)",
+    "worker_sample_tokens_ns": (
+        "median(_prepare_inputs end -> counts D2H issued) (landed at entry): eager forward "
+        "launch + sampler, the GPU forward runs meanwhile"
+    ),
+    "worker_rpc_dispatch_ns": (
+        "median(counts D2H issued -> next _update_states) (steps landed at entry): "
+        "drafter launch + engine core, one thread"
+    ),
+    "jitter_frac": "(p90 - p10) / (1.6 median) of that span, full-batch steps",
+    "worker_stall_prob": "share of step intervals > 1.5 x median (median over configs)",
+    "worker_stall_ns": "median excess of those over the median",
+    "gpu_forward_ns_base": "GPU line at delay 0 less the host gap and the prep/sample priors",
+    "gpu_forward_ns_per_token": "GPU line: intercept difference / token difference",
+}
+
+
+def timing_toml(cal: dict[str, Any], name: str) -> str:
+    """A sim timing file (``[timing]`` only) of one group, with its provenance."""
+    g, gpu = cal["groups"][name], cal["gpu"]
+    vllm, mode, seqs = name.split("-")
+    lines = [
+        f"# vLLM {vllm}, mamba_cache_mode {mode}, max_num_seqs {seqs[1:]}: calibrated by",
+        "# gpu_check/vllm/forward.py (`python -m gpu_check vllm-forward data/vllm`) from",
+        f"# {', '.join(g['from'])} ({g['steps']} steps, {g['steps_entry']} landed at entry).",
+        f"# GPU line from {len(gpu['configs'])} GPU-bound configs: step = {gpu['slope']} x delay"
+        f" + {gpu['intercept_ns']} ns;",
+        "# a config with GPU delay D adds slope x D to gpu_forward_ns_base (this file: D = 0).",
+        f"# Measured on the H200 (built-in `h200`): {', '.join(MEASURED_ON_H200)}.",
+        f"# Priors (sim defaults, not separable here): {', '.join(PRIORS)}.",
+        f"# Zero (in the worker's spans, in-process engine): {', '.join(ZEROED)}.",
+        "[timing]",
+    ]
+    for k, v in g["timing"].items():
+        note = SOURCES.get(k)
+        lines.append(f"{k} = {v}" + (f"  # {note}" if note else ""))
+    return "\n".join(lines) + "\n"
+
+
+# -- the forward runs -------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""One observed wrong read in vLLM itself, drawn from its raw record: ``vllm-figure``.
+
+The step's ``_update_states`` on a time axis (µs from its start, ``perf_counter_ns`` around
+vLLM's own methods): every row op as a bar, the ops on the reader's rows (its row at step N,
+its row now, and the rows that swapped through them) drawn dark; the interval in which step
+N's copy was first seen landed (between the last poll that saw it in flight and the first
+that saw it done); the read in ``_prepare_inputs``. The title says who read what.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_check.vllm.export import load_raw, prepared_steps
+from sim.errors import SpecraceError
+
+COLORS = {"remove": "#9e9e9e", "add": "#4c72b0", "move": "#55a868", "swap": "#dd8452"}
+
+
+def _landing_bracket(s: dict[str, Any]) -> tuple[int, int] | None:
+    """(after, before): the copy landed after the first and was seen at the second (ns)."""
+    if s.get("landed_at_update_states"):
+        return None
+    last = int(s["t_us_start"])
+    for op in s["ops"]:
+        t0, t1, before, after = int(op[4]), int(op[5]), op[6], op[7]
+        if before:
+            return last, t0
+        if after:
+            return t0, t1
+        last = t1
+    return (last, int(s["t_read"])) if s.get("landed_at_read") else None
+
+
+def pick(reads: pd.DataFrame, step: int | None, req: str | None) -> pd.Series:
+    """The read to draw: the given one, or the wrong read whose step had the fewest ops."""
+    wrong = reads[reads["wrong"]]
+    if step is not None:
+        wrong = reads[reads["step"] == step]
+        if req is not None:
+            wrong = wrong[wrong["req_id"] == req]
+        wrong = wrong[wrong["wrong"]] if wrong["wrong"].any() else wrong
+    if wrong.empty:
+        raise SpecraceError("no such read (or no wrong read) in this run")
+    return wrong.sort_values(["n_ops", "step"]).iloc[0]
+
+
+def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = prepared_steps(raw)[int(read["step"])]
+    t_start = int(s["t_us_start"])
+    rows = {int(read["row"]), int(read["prev_row"])}
+    ops = s["ops"]
+    for op in ops:  # rows a swap carried the reader's rows through
+        if op[0] == "swap" and (op[1] in rows or op[2] in rows):
+            rows |= {int(op[1]), int(op[2])}
+    n = len(ops)
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.22 * n))
+    for i, op in enumerate(ops):
+        kind, a, b = op[0], int(op[1]), int(op[2])
+        t0, t1 = (int(op[4]) - t_start) / 1e3, (int(op[5]) - t_start) / 1e3
+        mine = a in rows or b in rows
+        ax.barh(i, max(t1 - t0, 0.5), left=t0, color=COLORS.get(kind, "k"),
+                alpha=1.0 if mine else 0.35, edgecolor="k" if mine else "none")  # fmt: skip
+        label = f"{kind} row {a}" + (
+            f" <-> {b}" if kind == "swap" else (f" -> {b}" if b >= 0 else "")
+        )
+        ax.text(t1 + 2, i, label, va="center", fontsize=7, weight="bold" if mine else "normal")
+    bracket = _landing_bracket(s)
+    if bracket:
+        lo, hi = ((t - t_start) / 1e3 for t in bracket)
+        ax.axvspan(lo, max(hi, lo + 1), color="#c44e52", alpha=0.25,
+                   label="step N's copy lands (between polls)")  # fmt: skip
+    t_read = (int(s["t_read"]) - t_start) / 1e3
+    ax.axvline(t_read, color="k", ls="--", lw=1, label="_prepare_inputs reads the counts")
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_yticks([])
+    ax.set_xlabel("µs since _update_states began")
+    handles: list[Any] = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+    extra, names = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + list(extra), labels=list(COLORS) + names, loc="lower left",
+              fontsize=7, ncol=3)  # fmt: skip
+    ax.set_title(
+        title
+        or (
+            f"vLLM {raw.get('vllm_version', '?')} {raw['mode']}, step {int(read['step'])}: "
+            f"{read['req_id']} (row {int(read['prev_row'])} -> {int(read['row'])}) read "
+            f"{int(read['gpu_value'])}, its count was {int(read['true_count'])}"
+        ),
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | None = None):
+    """``folder``: an exported run (``v<release>/<mode>_<config>/``) whose raw record is in
+    ``../raw/``; writes ``out`` (.png) atomically."""
+    from sim.runs.io import atomic_write
+
+    raw_path = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+    if not raw_path.is_file():
+        raw_path = raw_path.with_suffix("")
+    if not raw_path.is_file():
+        raise SpecraceError(f"{folder}: no raw record at {raw_path}(.gz)")
+    try:
+        reads = pd.read_parquet(folder / "observed_vllm.parquet")
+    except (OSError, ValueError) as e:
+        raise SpecraceError(f"{folder}/observed_vllm.parquet: unreadable ({e})") from None
+    read = pick(reads, step, req)
+    fig = wrong_read_figure(load_raw(raw_path), read)
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
+    return read

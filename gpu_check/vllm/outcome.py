@@ -1,0 +1,284 @@
+"""A pre-registered prediction against the run that tested it; #45100's A/B and the fixes' arms.
+
+``python -m gpu_check vllm-outcome PREREG RUNS...`` reads ``PREREG/predictions.json``
+(:mod:`gpu_check.vllm.plan`) and, for each predicted configuration, the exported run
+``RUNS/v<release>/<mode>_<config>/`` (``vllm-export``), and writes ``PREREG/outcome.json``:
+per configuration the three parts of the criterion and ``meets_all``, then
+``{"configs": N, "meets_all_fraction": x}``. The criterion (issue #23):
+
+- rate: the predicted rate of wrong consumed reads lies inside the observed Wilson 95 %
+  interval, and where at least 20 wrong reads were observed, within 25 % of the observed rate;
+- step time: the predicted median step within 10 % of the observed median step interval;
+- landing: the total-variation distance between the predicted and observed landing mix
+  (entry / between / after / waited, :func:`gpu_check.vllm.forward.observed_regime`) <= 0.10.
+
+``python -m gpu_check vllm-ab RUNS... --out FILE`` writes the arms table of the A/B and the
+fixes (``data/vllm/ab/summary.json``): per run its reads, prefill -> first-spec transitions,
+wrong consumed counts (the value the GDN kernel restored its state from), corrupted
+generations (requests with at least one), the rate per 10,000 transitions with its Wilson
+interval, and tokens/s of the pass (instrumented: every arm carries the same hooks).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpu_check.vllm.forward import observed_regime
+from sim.errors import SpecraceError
+from sim.runs.io import write_json
+from sim.runs.stats import wilson
+
+LANDING = ("entry", "between", "after", "waited")
+RATE_REL = 0.25
+RATE_MIN_WRONG = 20
+STEP_REL = 0.10
+LANDING_TV = 0.10
+
+
+class _Folder:
+    """What :func:`observed_regime` reads of a measured configuration: its folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SpecraceError(f"{path}: unreadable ({e})") from None
+
+
+def observed(folder: Path) -> dict[str, Any]:
+    """One exported run: reads, transitions, wrong consumed counts, step time, landing mix,
+    tokens/s."""
+    meta = _json(folder / "export.json")
+    try:
+        reads = pd.read_parquet(folder / "observed_vllm.parquet")
+    except (OSError, ValueError) as e:
+        raise SpecraceError(f"{folder}/observed_vllm.parquet: unreadable ({e})") from None
+    consumed = reads[reads["consumed"]]
+    wrong = consumed["wrong"]
+    first = consumed["prev_drafts"] == 0
+    reg = observed_regime(_Folder(folder))  # type: ignore[arg-type]
+    tok = _tokens_per_s(folder, meta)
+    lo, hi = wilson(int(wrong.sum()), len(consumed))
+    tlo, thi = wilson(int((wrong & first).sum()), int(first.sum()))
+    return {
+        "vllm": meta["vllm_version"], "mode": meta["mode"], "patch": meta.get("patch", "none"),
+        "config": meta["config"], "reads": int(len(consumed)), "wrong": int(wrong.sum()),
+        "transitions": int(first.sum()), "wrong_transitions": int((wrong & first).sum()),
+        "corrupted_generations": int(consumed.loc[wrong, "req_id"].nunique()),
+        "generations": int(reads["req_id"].nunique()),
+        "rate": float(wrong.mean()) if len(consumed) else 0.0, "rate_ci95": [float(lo), float(hi)],
+        "per_10k_transitions_ci95": [1e4 * float(tlo), 1e4 * float(thi)],
+        "step_ms": reg["step_ms"], "landing": {k: reg[k] for k in LANDING},
+        "tokens_per_s": tok,
+    }  # fmt: skip
+
+
+def _tokens_per_s(folder: Path, meta: dict[str, Any]) -> float | None:
+    path = folder.parent / "summary.json"
+    if not path.is_file():
+        return None
+    for res in _json(path).get("modes", {}).get(meta["mode"], {}).get("configs", []):
+        if res["config"]["name"] == meta["config"]:
+            p = res["instrumented"]
+            return round(p["out_tokens"] / p["wall_s"], 1) if p.get("wall_s") else None
+    return None
+
+
+def judge(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, Any]:
+    """The three parts of the criterion for one configuration."""
+    lo, hi = obs["rate_ci95"]
+    rate_in = lo <= pred["rate"] <= hi
+    rel = abs(pred["rate"] - obs["rate"]) / obs["rate"] if obs["rate"] else 0.0
+    rate_ok = rate_in and (obs["wrong"] < RATE_MIN_WRONG or rel <= RATE_REL)
+    step_rel = abs(pred["step_ms"] - obs["step_ms"]) / obs["step_ms"]
+    tv = 0.5 * sum(abs(pred["landing"][k] - obs["landing"][k]) for k in LANDING)
+    return {
+        "rate_ok": bool(rate_ok), "rate_inside_observed_ci": bool(rate_in),
+        "rate_rel_error": round(rel, 4),
+        "step_ok": bool(step_rel <= STEP_REL), "step_rel_error": round(step_rel, 4),
+        "landing_ok": bool(tv <= LANDING_TV), "landing_tv": round(tv, 4),
+        "meets_all": bool(rate_ok and step_rel <= STEP_REL and tv <= LANDING_TV),
+    }  # fmt: skip
+
+
+def run_folder(roots: list[Path], vllm: str, mode: str, config: str) -> Path:
+    for root in roots:
+        folder = root / f"v{vllm}" / f"{mode}_{config}"
+        if (folder / "export.json").is_file():
+            return folder
+    raise SpecraceError(
+        f"no exported run v{vllm}/{mode}_{config} under {', '.join(map(str, roots))}"
+    )
+
+
+def outcome(prereg: Path, roots: list[Path]) -> dict[str, Any]:
+    preds = _json(prereg / "predictions.json")
+    if preds.get("schema") != "specrace.vllm_predictions":
+        raise SpecraceError(f"{prereg}/predictions.json: not written by gpu_check vllm-plan")
+    rows = []
+    for p in preds["configs"]:
+        folder = run_folder(roots, p["vllm"], p["mode"], p["config"])
+        obs = observed(folder)
+        summary = _json(folder.parent / "summary.json")
+        rows.append(
+            {
+                "vllm": p["vllm"], "mode": p["mode"], "patch": p["patch"], "config": p["config"],
+                "run": str(folder), "run_commit": summary.get("environment", {}).get("git_commit"),
+                "predicted": {k: p[k] for k in ("reads", "wrong", "rate", "rate_ci95",
+                                                "transitions", "wrong_transitions", "step_ms",
+                                                "landing")},
+                "observed": {k: obs[k] for k in ("reads", "wrong", "rate", "rate_ci95",
+                                                 "transitions", "wrong_transitions", "step_ms",
+                                                 "landing")},
+                **judge(p, obs),
+            }
+        )  # fmt: skip
+    n = len(rows)
+    doc = {
+        "schema": "specrace.vllm_outcome",
+        "predictions_commit": preds.get("made_at_commit"),
+        "criterion": {
+            "rate_rel": RATE_REL,
+            "rate_min_wrong": RATE_MIN_WRONG,
+            "step_rel": STEP_REL,
+            "landing_tv": LANDING_TV,
+        },  # fmt: skip
+        "configs": n,
+        "meets_all_fraction": round(sum(r["meets_all"] for r in rows) / n, 4) if n else 0.0,
+        "results": rows,
+    }
+    write_json(prereg / "outcome.json", doc)
+    return doc
+
+
+RELEASE_FOLDER = re.compile(r"v\d+\.\d+\.\d+")
+THROUGHPUT_FOLDER = re.compile(r"v(\d+\.\d+\.\d+)-throughput")
+
+
+def throughput(folder: Path) -> dict[str, Any]:
+    """``vllm-run --arm-repeats``: tokens/s of each arm's uninstrumented (baseline) pass, per
+    round, and each round's ratio to the unpatched arm of the same round."""
+    summary = _json(folder / "summary.json")
+    per: dict[str, dict[int, float]] = {}
+    for res in summary["modes"]["align"]["configs"]:
+        cfg, p = res["config"], res["baseline"]
+        per.setdefault(cfg.get("patch", "none"), {})[int(cfg.get("rep", 0))] = round(
+            p["out_tokens"] / p["wall_s"], 1
+        )
+    base = per.get("none")
+    if not base:
+        raise SpecraceError(f"{folder}: no unpatched arm to compare with")
+    arms = {}
+    for name, rounds in per.items():
+        ratios = [round(rounds[r] / base[r], 4) for r in sorted(rounds) if r in base]
+        arms[name] = {
+            "tokens_per_s": [rounds[r] for r in sorted(rounds)],
+            "tokens_per_s_mean": round(sum(rounds.values()) / len(rounds), 1),
+            "ratio_to_unpatched": ratios,
+            "ratio_mean": round(sum(ratios) / len(ratios), 4),
+        }
+    return {"vllm": summary["vllm_version"], "run": str(folder), "rounds": len(base), "arms": arms}
+
+
+def ab_summary(roots: list[Path], out: Path) -> dict[str, Any]:
+    """Every exported run under ``roots`` (release folders ``v<X.Y.Z>/``) as one arm; the
+    throughput rounds of ``v<X.Y.Z>-throughput/`` folders beside them."""
+    folders = sorted(
+        p.parent
+        for r in roots
+        for p in r.glob("v*/*/export.json")
+        if RELEASE_FOLDER.fullmatch(p.parent.parent.name)
+    )
+    if not folders:
+        raise SpecraceError(f"no exported run under {', '.join(map(str, roots))}")
+    arms = []
+    for f in folders:
+        o = observed(f)
+        arms.append(
+            {
+                "name": f"{o['vllm']} {o['mode']} {o['config']}", "vllm": o["vllm"],
+                "patch": o["patch"], "mode": o["mode"], "reads": o["reads"],
+                "transitions": o["transitions"], "wrong_gdn": o["wrong"],
+                "wrong_gdn_at_transitions": o["wrong_transitions"],
+                "corrupted_generations": o["corrupted_generations"],
+                "generations": o["generations"],
+                "rate_per_10k": round(1e4 * o["wrong_transitions"] / max(o["transitions"], 1), 2),
+                "ci95": [round(x, 2) for x in o["per_10k_transitions_ci95"]],
+                "rate_per_10k_reads": round(1e4 * o["rate"], 2),
+                "ci95_reads": [round(1e4 * x, 2) for x in o["rate_ci95"]],
+                "tokens_per_s": o["tokens_per_s"], "step_ms": o["step_ms"], "run": str(f),
+            }
+        )  # fmt: skip
+    tp = [
+        throughput(f)
+        for r in roots
+        for f in sorted(r.iterdir())
+        if f.is_dir() and THROUGHPUT_FOLDER.fullmatch(f.name)
+    ]
+    doc = {"schema": "specrace.vllm_ab", "arms": arms, "throughput": tp}
+    write_json(out, doc)
+    return doc
+
+
+def outcome_text(doc: dict[str, Any]) -> str:
+    lines = [f"{doc['configs']} configurations, meets_all {doc['meets_all_fraction']:.2f}"]
+    for r in doc["results"]:
+        p, o = r["predicted"], r["observed"]
+        lines.append(
+            f"  {r['vllm']} {r['mode']} {r['config']}: rate {100 * p['rate']:.3f} % predicted, "
+            f"{100 * o['rate']:.3f} % [{100 * o['rate_ci95'][0]:.3f}, "
+            f"{100 * o['rate_ci95'][1]:.3f}] observed ({'ok' if r['rate_ok'] else 'miss'}); "
+            f"step {p['step_ms']} / {o['step_ms']} ms ({'ok' if r['step_ok'] else 'miss'}); "
+            f"landing TV {r['landing_tv']} ({'ok' if r['landing_ok'] else 'miss'})"
+        )
+    return "\n".join(lines)
+
+
+def ab_text(doc: dict[str, Any]) -> str:
+    lines = ["arms:"]
+    for a in doc["arms"]:
+        lo, hi = a["ci95"]
+        lines.append(
+            f"  {a['name']}: {a['wrong_gdn']:,} wrong of {a['reads']:,} reads; "
+            f"{a['wrong_gdn_at_transitions']:,} of {a['transitions']:,} transitions "
+            f"({a['rate_per_10k']:.1f} per 10k [{lo:.1f}, {hi:.1f}]); "
+            f"{a['corrupted_generations']:,} of {a['generations']:,} generations; "
+            f"{a['tokens_per_s']} tokens/s"
+        )
+    for t in doc["throughput"]:
+        lines.append(f"throughput, vLLM {t['vllm']}, {t['rounds']} rounds (baseline passes):")
+        for name, a in t["arms"].items():
+            lines.append(
+                f"  {name}: {a['tokens_per_s_mean']} tokens/s; ratio to unpatched per round "
+                f"{a['ratio_to_unpatched']} (mean {a['ratio_mean']})"
+            )
+    return "\n".join(lines)
+
+
+def ab_markdown(doc: dict[str, Any]) -> str:
+    """The arms table as docs/vllm-fixes.md carries it (a test holds the two equal)."""
+    rows = [
+        "| vLLM | mode | patch | reads | wrong (GDN-consumed) | transitions | wrong at "
+        "transitions | per 10k transitions [95 %] | per 10k reads [95 %] | corrupted "
+        "generations | tokens/s (instrumented) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for a in doc["arms"]:
+        t, r = a["ci95"], a["ci95_reads"]
+        rows.append(
+            f"| {a['vllm']} | {a['mode']} | {a['patch']} | {a['reads']:,} | {a['wrong_gdn']:,} | "
+            f"{a['transitions']:,} | {a['wrong_gdn_at_transitions']:,} | "
+            f"{a['rate_per_10k']:.1f} [{t[0]:.1f}, {t[1]:.1f}] | "
+            f"{a['rate_per_10k_reads']:.1f} [{r[0]:.1f}, {r[1]:.1f}] | "
+            f"{a['corrupted_generations']:,} / {a['generations']:,} | {a['tokens_per_s']:,.0f} |"
+        )
+    return "\n".join(rows) + "\n"

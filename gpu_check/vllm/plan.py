@@ -1,0 +1,152 @@
+"""``python -m gpu_check vllm-plan``: what sim predicts for a ``vllm-run`` before it runs.
+
+It takes ``vllm-run``'s own arguments (releases, modes, configurations, workload, patch arms)
+and writes ``predictions.json``: per configuration the rate of wrong consumed counts over all
+reads and over the prefill -> first-spec transitions (counts, Wilson 95 % intervals), the
+median step and the landing mix (entry / between / after / waited, as ``vllm-forward`` counts
+them). The file is committed before the hardware run that tests it and never edited after;
+the outcome goes beside it (``outcome.json``). The model is run forward exactly as
+``vllm-forward`` runs it: sim's own scheduler on the configuration's requests, the timing of
+the committed calibration (``data/vllm/forward/summary.json``) for the (release, mode,
+``max_num_seqs``) group, seeds 0..N-1 drawing jitter and stalls. A patch arm is predicted with
+the sim policy its fix implements (:data:`gpu_check.vllm.patches.PATCHES`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_check.vllm.config import RunConfig, workload
+from gpu_check.vllm.forward import Measured, policy_for, scenario_for, simulate_seed
+from gpu_check.vllm.patches import PATCHES
+from sim.errors import SpecraceError
+from sim.model.policies import get_policy
+from sim.model.scheduling import build_schedule
+from sim.runs.io import write_json
+from sim.runs.stats import wilson
+
+CALIBRATION = Path("data/vllm/forward/summary.json")
+
+
+def _scenario(vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int):
+    """``vllm-forward``'s scenario for a configuration that has not run: its requests are
+    ``config.workload(cfg)``, its align block the committed runs' (80)."""
+    reqs = workload(cfg)
+    raw = {
+        "num_speculative_tokens": k,
+        "config": cfg.to_dict(),
+        "requests": [
+            {"prompt_len": len(r["prompt_token_ids"]), "output_len": r["max_tokens"]} for r in reqs
+        ],
+    }
+    c = Measured(
+        run="plan", folder=Path("data/vllm/v0.24.0/align_s16_d0ms"), raw_path=Path("-"),
+        mode=mode, vllm=vllm, max_num_seqs=cfg.max_num_seqs, gpu_delay_us=cfg.gpu_delay_us,
+        export={},
+    )  # fmt: skip
+    return scenario_for(c, cal, raw)
+
+
+def predict_config(
+    vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int = 3, seeds: int = 3
+) -> dict[str, Any]:
+    sc = _scenario(vllm, mode, cfg, cal, k)
+    max_steps = 8 * (sum(r.output_len for r in sc.workload.requests) // cfg.max_num_seqs + 64)
+    sched = build_schedule(sc, 0, max_steps)
+    busy = [i for i, s in enumerate(sched.steps) if s.num_reqs]
+    if not busy or busy[-1] >= max_steps - 1:
+        raise SpecraceError(f"{cfg.name}: the workload does not finish in {max_steps} steps")
+    sched.steps = sched.steps[: busy[-1] + 1]
+    policy = (
+        get_policy(PATCHES[cfg.patch].sim_policy) if cfg.patch != "none" else policy_for(mode, vllm)
+    )
+    keys = ("reads", "wrong", "transitions", "wrong_transitions", "steps")
+    regime_keys = ("entry", "between", "after", "waited")
+    per = [simulate_seed(sched, sc, policy, seed) for seed in range(seeds)]
+    tot = {k_: sum(p[k_] for p in per) for k_ in keys}
+    regime = {k_: sum(p[k_] for p in per) for k_ in regime_keys}
+    per_seed = [p["wrong"] for p in per]
+    step_ns = [p["step_ns_median"] for p in per]
+    lo, hi = wilson(tot["wrong"], tot["reads"])
+    tlo, thi = wilson(tot["wrong_transitions"], tot["transitions"])
+    return {
+        "vllm": vllm, "mode": mode, "patch": cfg.patch, "policy": policy.name,
+        "config": cfg.name, "run_config": cfg.to_dict(), "seeds": seeds,
+        **{k_: v for k_, v in tot.items() if k_ != "steps"},
+        "wrong_per_seed": per_seed,
+        "rate": tot["wrong"] / tot["reads"] if tot["reads"] else 0.0,
+        "rate_ci95": [float(lo), float(hi)],
+        "per_10k_transitions": 1e4 * tot["wrong_transitions"] / max(tot["transitions"], 1),
+        "per_10k_transitions_ci95": [1e4 * float(tlo), 1e4 * float(thi)],
+        "step_ms": round(float(np.median(step_ns)) / 1e6, 3),
+        "landing": {k_: round(v / tot["steps"], 4) for k_, v in regime.items()},
+    }  # fmt: skip
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def plan(
+    arms: list[tuple[str, str, RunConfig]], out: Path, command: str, seeds: int = 3, k: int = 3
+) -> dict[str, Any]:
+    """``arms``: (release, mode, configuration) as ``vllm-run`` would run them."""
+    try:
+        cal = json.loads(CALIBRATION.read_text())["calibration"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SpecraceError(f"{CALIBRATION}: no calibration ({e})") from None
+    configs = [predict_config(v, m, c, cal, k, seeds) for v, m, c in arms]
+    doc = {
+        "schema": "specrace.vllm_predictions",
+        "command": command,
+        "made_at_commit": _commit(),
+        "calibration": str(CALIBRATION),
+        "wrong": "the count the configuration's policy consumes differs from step N's true "
+        "count (align and patch arms: the CPU value; none: what the GDN kernel reads)",
+        "configs": configs,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "predictions.json", doc)
+    return doc
+
+
+def arms_from_args(args: Any) -> list[tuple[str, str, RunConfig]]:
+    from gpu_check.vllm.config import parse_plan
+    from gpu_check.vllm.patches import patch_names
+    from gpu_check.vllm.run import parse_range, with_patches
+
+    lo, hi = parse_range(args.output_range)
+    base = RunConfig(
+        num_requests=args.num_requests, seed=args.seed, arrivals=args.arrivals,
+        arrival_every=args.arrival_every, output_min=lo, output_max=hi, baseline=False,
+    )  # fmt: skip
+    by_mode = with_patches(parse_plan(args.modes, args.configs, base), patch_names(args.patch))
+    versions = [v for v in args.vllm.split(",") if v]
+    if not versions:
+        raise ValueError("--vllm takes a comma list of releases")
+    return [(v, m, c) for v in versions for m, cs in by_mode.items() for c in cs]
+
+
+def summary_text(doc: dict[str, Any]) -> str:
+    lines = [f"predictions ({doc['made_at_commit'][:12]}): {doc['command']}"]
+    for c in doc["configs"]:
+        lo, hi = c["rate_ci95"]
+        tlo, thi = c["per_10k_transitions_ci95"]
+        lines.append(
+            f"  {c['vllm']} {c['mode']} {c['config']} [{c['policy']}]: wrong {c['wrong']:,} of "
+            f"{c['reads']:,} reads ({100 * c['rate']:.3f} % [{100 * lo:.3f}, {100 * hi:.3f}]); "
+            f"transitions {c['wrong_transitions']:,} of {c['transitions']:,} "
+            f"({c['per_10k_transitions']:.1f} per 10k [{tlo:.1f}, {thi:.1f}]); "
+            f"step {c['step_ms']} ms; landing {c['landing']}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,486 @@
+"""The bounded check's search: the tree of schedules, frontiers of buffer states, results."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from sim.explore.check.space import BIG, BIG_BUDGET, Req, Root, Space, _Run, _run, req_name
+from sim.explore.check.step import (
+    Outcome,
+    State,
+    Wrong,
+    all_counts,
+    evaluate,
+    landings,
+    symbolic_masks,
+)
+from sim.model.policies import ALL, SYNC_SCHEDULING, Policy, named, select
+from sim.model.schedule import StepRecord
+from sim.model.verdict import hazard_kind
+
+# -- the search -------------------------------------------------------------------------------
+
+
+@dataclass
+class Counterexample:
+    policy: str
+    kind: str
+    root: Root
+    reqs: tuple[Req, ...]
+    cap: int
+    records: list[StepRecord]
+    landings: list[int]  # per step 1..n (index 0: step 1)
+    wrong: tuple[Wrong, ...]
+    key: tuple
+    prior: State | None = None  # the buffers before the failing step
+
+    @property
+    def step(self) -> int:
+        return len(self.records) - 1
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    vllm: str
+    interleavings: int = 0  # complete interleavings without a wrong consumed count
+    failing: dict[str, int] = field(default_factory=dict)  # kind -> failing interleavings
+    repaired: int = 0  # CPU-wrong reads the correction kernel repaired
+    minimal: dict[str, Counterexample] = field(default_factory=dict)
+    symbolic: bool = True  # last step's counts evaluated symbolically (a pure copy policy)
+
+    @property
+    def safe(self) -> bool:
+        return not self.failing
+
+
+@dataclass
+class CheckResult:
+    space: Space
+    schedules: dict[bool, int]  # async on/off -> distinct complete schedules
+    nodes: int  # search-tree nodes (schedule prefixes) visited
+    runs: int  # build_schedule calls
+    evaluations: int  # distinct (policy, step transition, state, landing) evaluations
+    policies: dict[str, PolicyResult]
+
+
+class Checker:
+    def __init__(
+        self, space: Space, policies: list[Policy], concrete: set[str] | None = None
+    ) -> None:
+        space.check()
+        self.space = space
+        self.policies = policies
+        self.async_policies = [p for p in policies if p is not SYNC_SCHEDULING]
+        self.sync = SYNC_SCHEDULING in policies
+        self.memo: dict[tuple, Outcome] = {}
+        # Policies whose read is not a pure copy of counts (found by the symbolic check's
+        # verification): their last step is evaluated on every count tuple concretely.
+        self.concrete = concrete or set()
+        self.count_memo: dict[tuple, np.ndarray] = {}
+        self.results = {
+            p.name: PolicyResult(p.name, p.vllm, symbolic=p.name not in self.concrete)
+            for p in policies
+        }
+        self.leaf_keys: dict[bool, set] = {True: set(), False: set()}
+        self.leaf_keys_seen: set = set()
+        self.prefix_seen: set = set()
+        self.nodes = 0
+        self.runs = 0
+        self.evaluations = 0
+        self._cache: dict = {}
+
+    # -- tree ------------------------------------------------------------------------------
+    def roots(self) -> Iterator[Root]:
+        t = 1 + self.space.k
+        families = ([True] if self.async_policies else []) + ([False] if self.sync else [])
+        for async_ in families:
+            for thr1 in (False, True):
+                for eos in (False, True) if async_ else (False,):
+                    yield Root(async_, thr1, self.space.max_rows * t, "plain", eos)
+
+    def run(self) -> CheckResult:
+        for root in self.roots():
+            pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
+            init = (tuple([1] * self.space.max_rows), tuple([1] * self.space.max_rows))
+            frontiers: dict[str, dict[tuple, list]] = {p.name: {init: [1, [], None]} for p in pols}
+            self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0)
+        return CheckResult(
+            self.space,
+            {a: len(k) for a, k in self.leaf_keys.items()},
+            self.nodes,
+            self.runs,
+            self.evaluations,
+            self.results,
+        )
+
+    def _classes(self, root: Root, s: int) -> tuple[str, ...]:
+        """At the last step a chunked prompt is a whole one that takes the rest of the budget
+        (no later arrival is admitted; its discarded row is never read): the same schedule key."""
+        classes = self.space.classes if root.async_scheduling else self.space.sync_classes
+        if s == self.space.steps - 1 and "p" in classes:
+            return tuple(c for c in classes if c != "L")
+        return classes
+
+    def _lag(self, root: Root) -> int:
+        return 2 if root.async_scheduling else 1
+
+    def _run(self, root, reqs, cap, steps) -> _Run:
+        self.runs += 1
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        return _run(self.space, root, reqs, cap, steps, self._cache)
+
+    def _expand(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len) -> None:
+        """Children of the prefix ``records`` (steps 0..s-1): every choice for step s."""
+        s = len(records)
+        self.nodes += 1
+        # 1. finishes: requests whose output is compared at step s
+        base = self._run(root, reqs, cap_iv[1], s + 1)
+        out_lens = list(out_lens) + [0] * (len(reqs) - len(out_lens))
+        # Each value compared at s above every earlier one is an output length that keeps the
+        # earlier comparisons false: finish at its processing, or (async) the scheduler's
+        # "sure to reach max_tokens" skip (scheduling._sure_to_finish) one step before.
+        cands = []
+        for i in range(len(reqs)):
+            log = base.out_logs[i]
+            if reqs[i].output_len is None and len(log) > out_lens[i]:
+                seen = max(log[: out_lens[i]], default=-1)
+                cands.append((i, sorted({v for v in log[out_lens[i] :] if v > seen})))
+        for pick in itertools.product(*((None, *vals) for _, vals in cands)):
+            r1 = list(reqs)
+            for (i, _), g in zip(cands, pick, strict=True):
+                if g is not None:
+                    r1[i] = replace(r1[i], output_len=g)
+            mask = [g is not None for g in pick]
+            r1t = tuple(r1)
+            new_out = [len(x) for x in base.out_logs]
+            # 2. preemption: split the capacity interval by the sums compared at step s
+            lo, hi = cap_iv
+            while hi >= lo:
+                run = (
+                    base if (not any(mask) and hi == cap_iv[1]) else self._run(root, r1t, hi, s + 1)
+                )
+                at_s = run.cap_log[cap_len:]
+                stop = [v for v in at_s if v <= hi]
+                cls_lo = max(lo, max(stop)) if stop else lo  # every sum <= hi compared
+                preempting = any(v > hi for v in at_s)
+                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, len(run.cap_log))
+                if preempting and root.mode == "plain":
+                    # a preemption fixes the budget (its recompute may exceed 1 + k tokens):
+                    # the small budget's child, and the unlimited one's (same comparisons)
+                    self._arrivals(replace(root, mode="fixed"), *args, run, preempting)
+                    big = replace(root, budget=BIG_BUDGET, mode="fixed")
+                    self._arrivals(big, *args, self._run(big, r1t, hi, s + 1), preempting)
+                else:
+                    self._arrivals(root, *args, run, preempting)
+                hi = cls_lo - 1
+
+    def _arrivals(
+        self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run, preempting
+    ):
+        """3. admitted arrival sequences at step s (the empty one first). A chunked arrival
+        in a plain subtree fixes the budget: both budgets' runs are followed from there."""
+        s = len(records)
+        stack: list[tuple[tuple[Req, ...], _Run, Root]] = [(reqs, run, root)]
+        while stack:
+            cur, cur_run, sub = stack.pop()
+            self._accepted(sub, pols, cur, cap_iv, records, frontiers, out_lens, cap_len, cur_run)
+            rec = cur_run.records[s]
+            # The scheduler admits only with budget left and a free row (scheduling.py
+            # _schedule_step): skip the runs that cannot admit anyone. A preemption at this
+            # step blocks admission too.
+            if (
+                preempting
+                or rec.num_reqs >= self.space.max_rows
+                or int(rec.num_scheduled.sum()) >= sub.budget
+            ):
+                continue
+            for cls in reversed(self._classes(sub, s)):
+                nxt = (*cur, Req(cls, s))
+                forks = [sub]
+                if cls == "L" and sub.mode == "plain":
+                    forks = [replace(sub, mode="fixed"),
+                             replace(sub, budget=BIG_BUDGET, mode="fixed")]  # fmt: skip
+                for f in forks:
+                    r = self._run(f, nxt, cap_iv[1], s + 1)
+                    if req_name(len(nxt) - 1) in r.records[s].new:
+                        stack.append((nxt, r, f))
+
+    def _accepted(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run):
+        """4. accepted counts of step s's drafted rows, while they can change the schedule."""
+        s = len(records)
+        rec = run.records[s]
+        drafted = [i for i in range(rec.num_reqs) if rec.drafts[i] > 0]
+        affects = s + self._lag(root) < self.space.steps
+        out = [len(x) for x in run.out_logs]  # comparisons up to step s
+        if not drafted or not affects:
+            self._child(root, pols, reqs, cap_iv, records, rec, frontiers, out, cap_len)
+            return
+        index = {req_name(i): i for i in range(len(reqs))}
+        bounds = [int(1 + rec.drafts[i]) for i in drafted]
+        if root.async_scheduling:
+            choices = itertools.product(*(range(1, b + 1) for b in bounds))
+        else:
+            # Async off: the read is direct after the copy landed, right whatever the counts
+            # (each row carries its own); counts only shape the schedule, and finishes and
+            # preemptions are branched by their probes whatever the count: all accepted.
+            choices = iter([tuple(bounds)])
+        for vals in choices:
+            r1 = list(reqs)
+            acc = rec.accepted.copy()
+            for row, v in zip(drafted, vals, strict=True):
+                j = index[rec.req_ids[row]]
+                r1[j] = replace(r1[j], accepted=(*r1[j].accepted, v))
+                acc[row] = v
+            child = replace(rec, accepted=acc)
+            self._child(root, pols, tuple(r1), cap_iv, records, child, frontiers, out, cap_len)
+
+    def _child(self, root, pols, reqs, cap_iv, records, rec, frontiers, out_lens, cap_len):
+        s = len(records)
+        new_records = [*records, rec]
+        last = s == self.space.steps - 1
+        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
+        pkey: list = []  # the prefix's schedule key, computed once when first needed
+
+        def prefix_key() -> tuple:
+            if not pkey:
+                pkey.append((root.async_scheduling, schedule_key(new_records)))
+            return pkey[0]
+
+        if last and prefix_key() in self.leaf_keys_seen:
+            return  # the same schedule (up to names) was checked on another branch
+        # The same prefix reached by other choices has the same interleavings: count them once.
+        count = prefix_key() not in self.prefix_seen
+        self.prefix_seen.add(prefix_key())
+        trans = None
+        if s >= 1:  # the step transition, once for every policy (memo key)
+            prev = records[s - 1]
+            trans = (
+                root.async_scheduling,
+                tuple((op.kind, op.a, op.b) for op in rec.ops),
+                rec.prev_positions.tobytes(),
+                rec.prev_num_draft_tokens.tobytes(),
+                rec.num_reqs,
+                prev.drafts.tobytes() if free else prev.accepted.tobytes(),
+                free,
+                last,
+            )
+        new_frontiers = {}
+        oks = {}
+        for pol in pols:
+            new_frontiers[pol.name], oks[pol.name] = self._step(
+                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, count,
+                trans,
+            )  # fmt: skip
+        if last:
+            self.leaf_keys_seen.add(prefix_key())
+            self.leaf_keys[root.async_scheduling].add(prefix_key())
+            for name, ok in oks.items():
+                self.results[name].interleavings += ok
+            return
+        self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len)
+
+    # -- evaluation ------------------------------------------------------------------------
+    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, count, trans):
+        """Step s of every interleaving in ``frontier``: the new frontier (or, at the last
+        step, only the number of complete interleavings without a wrong consumed count)."""
+        s = len(records) - 1
+        cur = records[s]
+        res = self.results[pol.name]
+        out: dict[State, list] = {}
+        ok_total = 0
+        if s == 0:  # no copy in flight: the ops and the read only
+            for state, (n, wit, cnt) in frontier.items():
+                o = self._eval(pol, state, cur, None, 0)
+                _merge(out, o.state, n, wit, cnt)
+            return out, sum(v[0] for v in out.values())
+        prev = records[s - 1]
+        base_key = (pol.name, trans)
+        for state, (n, wit, cnt) in frontier.items():
+            key = (base_key, state)
+            agg = self.memo.get(key)
+            if agg is None:
+                agg = self._aggregate(pol, root, state, cur, prev, free, last)
+                self.memo[key] = agg
+            ok_total += n * agg.ok
+            if count:
+                res.repaired += n * agg.repaired
+                for kind, m in agg.failing.items():
+                    res.failing[kind] = res.failing.get(kind, 0) + n * m
+            if agg.failing:
+                for land, counts, o in agg.first_fail.values():
+                    self._counterexample(
+                        pol, o, root, reqs, cap_iv, records, [*wit, land],
+                        counts if free else None, state,
+                    )  # fmt: skip
+            for st, mult, land, counts in agg.states:
+                _merge(out, st, n * mult, [*wit, land], counts if free else cnt)
+        return out, ok_total
+
+    def _aggregate(self, pol, root, state, cur, prev, free, last) -> _Agg:
+        """Every count tuple and landing of one step transition from one buffer state."""
+        agg = _Agg()
+        lands = landings(pol, root.async_scheduling, cur.ops)
+        if free:  # counts read at the last step only: every tuple at once, symbolically
+            assert last
+            bounds = tuple(int(1 + d) for d in prev.drafts)
+            if bounds not in self.count_memo:
+                self.count_memo[bounds] = all_counts(bounds)
+            counts = self.count_memo[bounds]
+            if pol.name not in self.concrete:
+                for land, mult in lands:
+                    self._symbolic(pol, state, cur, prev, counts, land, mult, agg)
+                return agg
+            choices = [tuple(int(x) for x in row) for row in counts[::-1]]  # largest first
+        else:
+            choices = [tuple(int(x) for x in prev.accepted)]
+        for c in choices:
+            self._concrete(pol, state, cur, c, lands, last, agg)
+        return agg
+
+    def _concrete(self, pol, state, cur, counts, lands, last, agg) -> None:
+        dma = np.asarray(counts, dtype=np.int64)
+        for land, mult in lands:
+            o = self._eval(pol, state, cur, dma, land)
+            self.evaluations += 1
+            agg.repaired += o.repaired * mult
+            if o.state is None:
+                agg.failing[o.kind] = agg.failing.get(o.kind, 0) + mult
+                agg.first_fail.setdefault(o.kind, (land, counts, o))
+            else:
+                agg.ok += mult
+                if not last:
+                    agg.states.append((o.state, mult, land, counts))
+
+    def _symbolic(self, pol, state, cur, prev, counts, land, mult, agg) -> None:
+        fail, repaired, _ = symbolic_masks(
+            pol, state, cur.ops, prev.num_reqs, cur.prev_positions, cur.prev_num_draft_tokens,
+            cur.num_reqs, land, counts,
+        )  # fmt: skip
+        self.evaluations += 1
+        # Verified on concrete counts: the largest tuple once per transition and state, and the
+        # largest failing one (the witness) the first time a kind fails.
+        idx = np.flatnonzero(fail)
+        kind = hazard_kind(cur.ops, land).value
+        checks = set()
+        if not agg.verified:
+            checks.add(len(counts) - 1)
+            agg.verified = True
+        if idx.size and kind not in agg.first_fail:
+            checks.add(int(idx[-1]))
+        witness = None
+        for j in sorted(checks):
+            c = tuple(int(x) for x in counts[j])
+            o = self._eval(pol, state, cur, np.asarray(c, dtype=np.int64), land)
+            self.evaluations += 1
+            if (o.state is None) != bool(fail[j]) or o.repaired != int(repaired[j]):
+                raise _NotSymbolic(pol.name)
+            if o.state is None:
+                witness = (land, c, o)
+        n_fail = int(fail.sum())
+        agg.repaired += int(repaired.sum()) * mult
+        agg.ok += (len(counts) - n_fail) * mult
+        if n_fail:
+            agg.failing[kind] = agg.failing.get(kind, 0) + n_fail * mult
+            if kind not in agg.first_fail:
+                agg.first_fail[kind] = witness
+
+    def _eval(self, pol, state, cur, dma, land) -> Outcome:
+        return evaluate(
+            pol,
+            state,
+            cur.ops,
+            dma,
+            cur.prev_positions,
+            cur.prev_num_draft_tokens,
+            cur.num_reqs,
+            land,
+        )
+
+    def _counterexample(self, pol, o, root, reqs, cap_iv, records, wit, free_counts, prior) -> None:
+        rows = max(r.num_reqs for r in records)
+        ops = sum(len(r.ops) for r in records)
+        odd = sum(1 for i, x in enumerate(wit) if x != len(records[i + 1].ops))
+        plain = sum(1 for r in reqs if r.cls != "p")  # then the plainest prompts
+        cheap = (rows, len(records), ops, len(reqs), plain, odd)
+        best = self.results[pol.name].minimal.get(o.kind)
+        if best is not None and best.key[:6] < cheap:
+            return
+        key = (*cheap, repr((root, reqs, wit, free_counts)))
+        if best is not None and best.key <= key:
+            return
+        recs = list(records)
+        r1 = list(reqs)
+        if free_counts is not None:  # the evaluator chose step n-1's counts: script them
+            prev = recs[-2]
+            recs[-2] = replace(prev, accepted=np.asarray(free_counts, dtype=np.int64))
+            index = {req_name(i): i for i in range(len(reqs))}
+            for row, v in enumerate(free_counts):
+                if prev.drafts[row] > 0:
+                    j = index[prev.req_ids[row]]
+                    r1[j] = replace(r1[j], accepted=(*r1[j].accepted, int(v)))
+        self.results[pol.name].minimal[o.kind] = Counterexample(
+            pol.name, o.kind, root, tuple(r1), cap_iv[1], recs, list(wit), o.wrong, key, prior
+        )
+
+
+@dataclass
+class _Agg:
+    ok: int = 0
+    repaired: int = 0
+    failing: dict[str, int] = field(default_factory=dict)
+    first_fail: dict[str, tuple] = field(default_factory=dict)
+    states: list[tuple] = field(default_factory=list)
+    verified: bool = False
+
+
+def _merge(out: dict, state: State, n: int, wit: list, cnt) -> None:
+    cur = out.get(state)
+    if cur is None:
+        out[state] = [n, wit, cnt]
+    else:
+        cur[0] += n
+
+
+def schedule_key(records: list[StepRecord]) -> tuple:
+    """What the verdicts depend on, and nothing else: per step the row ops (kind, rows), the
+    layout's size, prev_positions, prev_num_draft_tokens, drafts and counts. Request names are
+    left out (symmetry: who is who changes no read), and so are finish-or-unscheduled (both a
+    remove) and a discarded row (it shows in the next step's prev_positions)."""
+    return tuple(
+        (
+            tuple((op.kind, op.a, op.b) for op in rec.ops),
+            rec.num_reqs,
+            rec.prev_positions.tobytes(),
+            rec.prev_num_draft_tokens.tobytes(),
+            rec.drafts.tobytes(),
+            rec.accepted.tobytes(),
+        )
+        for rec in records
+    )
+
+
+def check(space: Space, policy_names: list[str]) -> CheckResult:
+    """Run the bounded-exhaustive check for the named policies (``async-off`` included)."""
+    pols = [named(name) for name in policy_names]
+    concrete: set[str] = set()
+    while True:
+        try:
+            return Checker(space, pols, concrete).run()
+        except _NotSymbolic as e:  # computes with counts: every tuple concretely, from scratch
+            concrete.add(e.policy)
+
+
+class _NotSymbolic(Exception):
+    def __init__(self, policy: str) -> None:
+        super().__init__(policy)
+        self.policy = policy
+
+
+def all_policy_names() -> list[str]:
+    return [p.name for p in select(ALL, async_off=True)]

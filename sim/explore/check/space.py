@@ -1,0 +1,231 @@
+"""The bounded check's search space: probes, roots, scripted requests, the scheduler run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sim.errors import SpecraceError
+from sim.model.params import (
+    EngineParams,
+    Scenario,
+    ScriptedRequest,
+    TimingParams,
+    WorkloadParams,
+)
+from sim.model.schedule import StepRecord
+from sim.model.scheduling import build_schedule
+
+BIG = 10**7  # "never": an output length or a KV capacity no run reaches (MAX_TOKENS)
+# Prompt classes: (prompt_len, prefix_hit_tokens) as a function of the token budget.
+CLASSES = ("p", "h", "L")
+CLASS_WORD = {"p": "whole prompt", "h": "prefix hit", "L": "chunked prompt"}
+
+
+def class_prompt(cls: str, budget: int) -> tuple[int, int]:
+    if cls == "p":
+        return 2, 0
+    if cls == "h":
+        return 2, 1
+    return budget + 2, 0
+
+
+class _Probe(int):
+    """An int the scheduler compares with; it records the other side of each comparison.
+
+    ``generated >= output_len`` and ``need > capacity`` on a plain ``int`` left operand call
+    the reflected method of this subclass first (Python's rule for subclasses), so the probe
+    sees the value without any change to the scheduler.
+    """
+
+    log: list[int]
+
+    def __new__(cls, value: int, log: list[int]) -> _Probe:
+        obj = int.__new__(cls, value)
+        obj.log = log
+        return obj
+
+    def __le__(self, other: object) -> bool:  # reflected ``other >= self``
+        self.log.append(int(other))  # type: ignore[call-overload]
+        return int(self) <= other  # type: ignore[operator]
+
+    def __lt__(self, other: object) -> bool:  # reflected ``other > self``
+        self.log.append(int(other))  # type: ignore[call-overload]
+        return int(self) < other  # type: ignore[operator]
+
+    def __deepcopy__(self, memo: dict) -> int:
+        return int(self)
+
+    def __reduce__(self):
+        return (int, (int(self),))
+
+
+# -- the search space -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Space:
+    max_rows: int
+    steps: int
+    k: int
+    classes: tuple[str, ...] = CLASSES
+    # Async off reads right whatever the schedule (the copy landed before the moves and the
+    # read is direct): its family is a check of that claim over whole prefills only, unless
+    # asked for more (it is the larger tree: finishes are seen a step earlier).
+    sync_classes: tuple[str, ...] = ("p",)
+
+    def check(self) -> None:
+        if not 1 <= self.max_rows <= 8:
+            raise SpecraceError(f"--max-rows {self.max_rows}: must be in 1..8")
+        if not 2 <= self.steps <= 8:
+            raise SpecraceError(f"--steps {self.steps}: must be in 2..8 (a read needs 2 steps)")
+        if not 1 <= self.k <= 7:
+            raise SpecraceError(f"--k {self.k}: must be in 1..7")
+        if (self.k + 1) ** self.max_rows > 1 << 20:
+            raise SpecraceError(
+                f"--k {self.k} --max-rows {self.max_rows}: (k+1)^rows count tuples is too many"
+            )
+        bad = [c for c in (*self.classes, *self.sync_classes) if c not in CLASSES]
+        if bad or not self.classes or not self.sync_classes:
+            raise SpecraceError(f"--classes {','.join(self.classes)}: known {','.join(CLASSES)}")
+
+
+BIG_BUDGET = 1 << 20
+
+
+@dataclass(frozen=True)
+class Root:
+    """The engine configuration of a subtree. ``mode``: the token budget only matters once a
+    prompt longer than ``1 + k`` tokens is scheduled (a chunked prompt, or a preempted
+    request's recompute): until then every row takes at most ``1 + k`` tokens and ``R`` rows
+    fit the small budget ``R * (1 + k)``, so the small and the unlimited budget give the same
+    records. A "plain" subtree (small budget, no such event yet) stands for both; at the first
+    such event it forks into a "fixed" small-budget child and, from the same node, a "relevant"
+    unlimited-budget search that keeps only the children with such an event."""
+
+    async_scheduling: bool
+    threshold_is_one: bool
+    budget: int
+    mode: str = "fixed"  # fixed | plain | relevant
+    # Every request stops on EOS (unforeseen) instead of at max_tokens (the async scheduler's
+    # skip of scheduling._sure_to_finish); only async roots differ.
+    eos: bool = False
+
+
+@dataclass(frozen=True)
+class Req:
+    """One scripted request as decided so far. ``output_len`` None: not finished yet (probe)."""
+
+    cls: str
+    arrival: int
+    output_len: int | None = None
+    accepted: tuple[int, ...] = ()
+
+
+def req_name(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"R{i}"
+
+
+def scenario_for(
+    space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int, timing=None
+) -> Scenario:
+    """The scripted scenario of a decision set (plain ints: no probes)."""
+    k = space.k
+    scripted = []
+    for i, r in enumerate(reqs):
+        prompt, hit = class_prompt(r.cls, root.budget)
+        scripted.append(
+            ScriptedRequest(
+                req_id=req_name(i),
+                arrival_step=r.arrival,
+                prompt_len=prompt,
+                output_len=r.output_len if r.output_len is not None else BIG,
+                accepted=r.accepted,
+                prefix_hit_tokens=hit,
+                eos=root.eos,
+            )
+        )
+    return Scenario(
+        name="check",
+        description="",
+        default_steps=steps,
+        engine=EngineParams(
+            max_num_seqs=space.max_rows,
+            max_num_batched_tokens=root.budget,
+            num_speculative_tokens=k,
+            async_scheduling=root.async_scheduling,
+            reorder_threshold_is_one=root.threshold_is_one,
+            kv_cache_capacity_tokens=0 if cap >= BIG else cap,
+        ),
+        workload=WorkloadParams(
+            arrival="scripted", acceptance_probs=(0.5,) * k, requests=tuple(scripted)
+        ),
+        timing=timing or TimingParams(),
+    )
+
+
+class _CheckScenario(Scenario):
+    """A scenario whose ``to_dict`` (stored in the schedule, unused here) costs nothing:
+    ``dataclasses.asdict`` was half of every ``build_schedule`` call."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": {"async_scheduling": self.engine.async_scheduling}}
+
+
+@dataclass
+class _Run:
+    records: list[StepRecord]
+    out_logs: list[list[int]]  # per request: generated values compared with output_len
+    cap_log: list[int]  # sums compared with the KV capacity
+
+
+def _run(
+    space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int, cache: dict | None = None
+) -> _Run:
+    """``build_schedule`` with probes in place of undecided output lengths and the capacity.
+    ``cache`` keeps the frozen parameter objects (and their probes) between runs."""
+    cache = {} if cache is None else cache
+    scripted = []
+    logs: list[list[int] | None] = []
+    for i, r in enumerate(reqs):
+        key = (i, r, root.budget, root.eos)
+        hit = cache.get(key)
+        if hit is None:
+            prompt, prefix = class_prompt(r.cls, root.budget)
+            log: list[int] | None = [] if r.output_len is None else None
+            if log is not None:
+                out: int = _Probe(BIG, log)
+            else:
+                assert r.output_len is not None
+                out = r.output_len
+            hit = cache[key] = (ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted,
+                                                prefix, root.eos), log)  # fmt: skip
+        scripted.append(hit[0])
+        if hit[1] is not None:
+            hit[1].clear()
+        logs.append(hit[1])
+    ekey = ("engine", root.budget, root.async_scheduling, root.threshold_is_one, cap)
+    if ekey not in cache:
+        cap_log: list[int] = []
+        cache[ekey] = (
+            EngineParams(
+                max_num_seqs=space.max_rows,
+                max_num_batched_tokens=root.budget,
+                num_speculative_tokens=space.k,
+                async_scheduling=root.async_scheduling,
+                reorder_threshold_is_one=root.threshold_is_one,
+                kv_cache_capacity_tokens=_Probe(cap, cap_log),
+            ),
+            cap_log,
+        )
+    eng, cap_log = cache[ekey]
+    cap_log.clear()
+    scn = _CheckScenario(
+        "check", "", steps, eng, WorkloadParams(arrival="scripted", requests=tuple(scripted)),
+        _TIMING,
+    )  # fmt: skip
+    records = build_schedule(scn, 0, steps).steps
+    return _Run(records, [list(x) if x is not None else [] for x in logs], list(cap_log))
+
+
+_TIMING = TimingParams()

@@ -1,0 +1,38 @@
+"""``vllm-plan``: sim's forward prediction of vllm-run arms, before they run (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+from gpu_check.__main__ import main
+
+
+def test_plan_predicts_each_arm_and_the_patches_read_no_wrong_count(tmp_path, capsys):
+    out = tmp_path / "pre"
+    arms = "none,private-d2h,sync-before-moves"
+    argv = ["vllm-plan", "--vllm", "0.24.0", "--modes", "align", "--configs", "16:0",
+            "--patch", arms, "--seeds", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((out / "predictions.json").read_text())
+    assert doc["schema"] == "specrace.vllm_predictions"
+    assert doc["command"].startswith("python -m gpu_check vllm-plan")
+    arms = {c["patch"]: c for c in doc["configs"]}
+    assert [c["policy"] for c in doc["configs"]] == ["align", "private-buffer", "sync-before-moves"]
+    # unpatched align at delay 0 reads wrong counts (the committed runs: ~2 %); both fixes none
+    assert arms["none"]["wrong"] > 0
+    assert arms["private-d2h"]["wrong"] == 0 and arms["sync-before-moves"]["wrong"] == 0
+    for c in doc["configs"]:
+        assert c["reads"] > 1000 and c["transitions"] == 192
+        lo, hi = c["rate_ci95"]
+        assert lo <= c["rate"] <= hi
+        assert abs(sum(c["landing"].values()) - 1) < 1e-3
+    assert "private-d2h" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_patch_without_align_in_one_line(tmp_path, capsys):
+    argv = ["vllm-plan", "--vllm", "0.24.0", "--modes", "none", "--patch", "private-d2h",
+            "--out", str(tmp_path / "x")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--patch needs align" in err
+    assert not (tmp_path / "x").exists()
