@@ -169,7 +169,7 @@ class Checker:
                 stop = [v for v in at_s if v <= hi]
                 cls_lo = max(lo, max(stop)) if stop else lo  # every sum <= hi compared
                 preempting = any(v > hi for v in at_s)
-                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, len(run.cap_log))
+                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, cap_len)
                 if preempting and root.mode == "plain":
                     # a preemption fixes the budget (its recompute may exceed 1 + k tokens):
                     # the small budget's child, and the unlimited one's (same comparisons)
@@ -184,12 +184,18 @@ class Checker:
         self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run, preempting
     ):
         """3. admitted arrival sequences at step s (the empty one first). A chunked arrival
-        in a plain subtree fixes the budget: both budgets' runs are followed from there."""
+        in a plain subtree fixes the budget: both budgets' runs are followed from there.
+        Admitting an arrival compares its blocks with the KV capacity (vLLM's allocate_slots
+        for a waiting request), so each arrival sequence splits the capacity class again by
+        the sums its own run compares at step s; ``cap_len`` (the comparisons before step s)
+        is the same for all of them, and each child counts its own run's comparisons."""
         s = len(records)
-        stack: list[tuple[tuple[Req, ...], _Run, Root]] = [(reqs, run, root)]
+        stack = [(reqs, run, root, cap_iv)]
         while stack:
-            cur, cur_run, sub = stack.pop()
-            self._accepted(sub, pols, cur, cap_iv, records, frontiers, out_lens, cap_len, cur_run)
+            cur, cur_run, sub, iv = stack.pop()
+            self._accepted(
+                sub, pols, cur, iv, records, frontiers, out_lens, len(cur_run.cap_log), cur_run
+            )
             rec = cur_run.records[s]
             # The scheduler admits only with budget left and a free row (scheduling.py
             # _schedule_step): skip the runs that cannot admit anyone. A preemption at this
@@ -207,9 +213,14 @@ class Checker:
                     forks = [replace(sub, mode="fixed"),
                              replace(sub, budget=BIG_BUDGET, mode="fixed")]  # fmt: skip
                 for f in forks:
-                    r = self._run(f, nxt, cap_iv[1], s + 1)
-                    if req_name(len(nxt) - 1) in r.records[s].new:
-                        stack.append((nxt, r, f))
+                    lo, hi = iv
+                    while hi >= lo:
+                        r = self._run(f, nxt, hi, s + 1)
+                        stop = [v for v in r.cap_log[cap_len:] if v <= hi]
+                        cls_lo = max(lo, max(stop)) if stop else lo
+                        if req_name(len(nxt) - 1) in r.records[s].new:
+                            stack.append((nxt, r, f, (cls_lo, hi)))
+                        hi = cls_lo - 1
 
     def _accepted(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run):
         """4. accepted counts of step s's drafted rows, while they can change the schedule."""
