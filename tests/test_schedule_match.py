@@ -1,4 +1,4 @@
-"""sim's scheduler against vLLM's recorded schedules (sim.model.schedule_match)."""
+"""sim's scheduler against vLLM's recorded schedules (sim.hardware.schedule_match)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sim.model.schedule import read_schedule
-from sim.model.schedule_match import match, step_differences
+from sim.hardware.schedule_match import match, step_differences
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "data/vllm/v0.24.0/align_s16_d0ms"

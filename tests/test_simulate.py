@@ -80,17 +80,20 @@ def total(runs: list[dict], key: str) -> int:
 
 def test_qwen35_racy_policies_consume_wrong_counts(qwen_runs) -> None:
     assert total(qwen_runs["unsynced"], "gpu_wrong") > 100
-    assert sum(r["by_kind"].get("ownership", 0) for r in qwen_runs["synced-gather"]) >= 3
+    kinds = [r["by_kind"] for r in qwen_runs["synced-gather"]]
+    assert sum(k.get("ownership", 0) for k in kinds) >= 1
+    assert sum(k.get("ownership", 0) + k.get("double-permute", 0) for k in kinds) >= 30
     # align consumes CPU counts for drafted rows too: every CPU-wrong read is GPU-wrong.
     for r in qwen_runs["align"]:
         assert r["gpu_wrong"] == r["cpu_wrong"] > 0
 
 
 def test_synced_gather_consumes_a_wrong_count_at_a_first_spec_step() -> None:
-    """v0.23.0's path corrupts rarely: about one 2,000-step run in 20 of qwen35-mtp3 (seeds 28,
-    29, 54, 72 of 0-79 under the counter-based streams). Seed 28 is one of them."""
+    """v0.23.0's path corrupts rarely: about one 2,000-step run in 40 of qwen35-mtp3 (seeds 54
+    and 72 of 0-79 under vLLM's scheduler; 28, 29, 54, 72 before its skip of a request sure to
+    reach max_tokens). Seed 54 is one of them."""
     sc = load_scenario("qwen35-mtp3")
-    res = run_policy(build_schedule(sc, 28, 2000), sc, POLICIES["synced-gather"], 28, trace=False)
+    res = run_policy(build_schedule(sc, 54, 2000), sc, POLICIES["synced-gather"], 54, trace=False)
     wrong = res.reads[res.reads.gpu_wrong]
     assert len(wrong) >= 1 and wrong.prompt_state_lost.all()
     assert set(wrong.kind) <= {"ownership", "double-permute"} and (wrong.prev_drafts == 0).all()
