@@ -102,7 +102,9 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
         steps = args.steps or scenario.default_steps
         guard_resources(scenario, steps)
         return scenario, build_schedule(scenario, args.seed, steps)
-    sched = schedule_mod.read_schedule(Path(args.schedule))
+    from sim.model.schedule_io import read_schedule
+
+    sched = read_schedule(Path(args.schedule))
     return schedule_scenario(args, sched), sched
 
 
@@ -196,14 +198,9 @@ def run_stream(args: argparse.Namespace) -> int:
     name = select(args.policy, many=False)[0].name
     source = None
     if args.schedule:
-        path = Path(args.schedule)
-        if path.suffix == ".parquet":
-            from sim.model.schedule_parquet import open_schedule_parquet
+        from sim.model.schedule_io import open_schedule
 
-            source = open_schedule_parquet(path)
-        else:
-            full = schedule_mod.read_schedule(path)
-            source = (full, iter(full.steps), len(full.steps))
+        source = open_schedule(Path(args.schedule))
         scenario, seed, steps = schedule_scenario(args, source[0]), source[0].seed, source[2]
     else:
         scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
