@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 BASE_STAMP := $(VENV)/.base-stamp
+WHEELS := .cache/wheels/.extras-stamp
 
-.PHONY: demo test test-slow conformance conformance-all calibrate-row-ops lint format golden bench figures clean
+.PHONY: demo test test-slow wheels conformance conformance-all calibrate-row-ops lint format golden bench figures clean
 
 bench: $(BASE_STAMP)
 	$(BIN)/python -m sim bench
@@ -44,8 +45,19 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 	$(MAKE) conformance
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(WHEELS)
 	$(BIN)/python -m pytest -q -m slow
+
+# Every wheel pyproject.toml's dependencies and extras take, downloaded once into .cache/wheels
+# (beside the conformance suite's vLLM wheels): tests/test_extras.py installs each extra into a
+# fresh venv from there alone, offline. About 560 MB, most of it the CPU torch and triton.
+wheels: $(WHEELS)
+$(WHEELS): pyproject.toml scripts/extras_requirements.py $(BASE_STAMP)
+	mkdir -p .cache/wheels
+	$(BIN)/python scripts/extras_requirements.py > .cache/extras-requirements.txt
+	$(BIN)/python -m pip download -q --only-binary=:all: -d .cache/wheels \
+		-r .cache/extras-requirements.txt
+	touch $@
 
 conformance:
 	bash tests/conformance/setup.sh

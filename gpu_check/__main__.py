@@ -13,8 +13,8 @@ import sys
 from typing import NoReturn
 
 from gpu_check.padding import padding_report, plan_padding
-from gpu_check.tables import format_table
 from sim.runs.args import int_in, seed_arg, steps_arg
+from sim.runs.tables import add_format_arg, call, flat_rows, format_table, render
 
 
 class UsageError(Exception):
@@ -53,6 +53,7 @@ def build_parser(
     r.add_argument("--pairs", type=_count(4096), help="key->value pairs written by the prefill")
     r.add_argument("--seed", type=seed_arg, default=0)
     r.add_argument("--json", action="store_true")
+    add_format_arg(r)
 
     d = sub.add_parser("padding", help="FULL-cudagraph GDN metadata shapes before/after #45100")
     d.add_argument("--num-reqs", type=_count(65_536), required=True)
@@ -63,6 +64,7 @@ def build_parser(
                    help="cuda: also capture and replay a CUDA graph per rule")  # fmt: skip
     d.add_argument("--seed", type=seed_arg, default=0)
     d.add_argument("--json", action="store_true")
+    add_format_arg(d)
 
     y = sub.add_parser("replay", help="replay a schedule's row ops against a real D2H copy")
     y.add_argument("--scenario", default="minimal-race", help="built-in name or TOML path")
@@ -99,6 +101,7 @@ def build_parser(
 
     m = sub.add_parser("summary", help="the README's GPU tables from committed data/bench")
     m.add_argument("--dir", default="data/bench")
+    add_format_arg(m, "the tables")
 
     b = sub.add_parser("bench", help="time our kernel and fla's against the copy floor (CUDA)")
     b.add_argument("--ns", type=_int_list, default=None, help="comma list of batch sizes N")
@@ -108,6 +111,7 @@ def build_parser(
     b.add_argument("--seed", type=seed_arg, default=0)
     b.add_argument("--sweep", action="store_true", help="time many more kernel configs")
     b.add_argument("--json", action="store_true")
+    add_format_arg(b)
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
     _vllm_workload_args(v)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
@@ -137,6 +141,7 @@ def build_parser(
         "--markdown", action="store_true",
         help="a tree: the per-release table, then the per-configuration one (README's)",
     )  # fmt: skip
+    add_format_arg(a, "the results table (of one run: its agreement)")
 
     f = sub.add_parser(
         "vllm-forward", help="sim run forward with timing calibrated from data/vllm, vs observed"
@@ -144,6 +149,7 @@ def build_parser(
     f.add_argument("dir", help="data/vllm (version folders of exported runs, with raw/)")
     f.add_argument("--out", required=True, help="output folder (e.g. data/vllm/forward)")
     f.add_argument("--seeds", type=_count(1000), default=5, help="sim seeds per configuration")
+    add_format_arg(f, "the summary line (json, csv: the forward table, forward.csv)")
 
     pl = sub.add_parser(
         "vllm-plan", help="what sim predicts for a vllm-run, written before it runs"
@@ -152,12 +158,14 @@ def build_parser(
     _vllm_workload_args(pl)
     pl.add_argument("--seeds", type=_count(100), default=3, help="sim seeds per configuration")
     pl.add_argument("--out", required=True, help="folder for predictions.json")
+    add_format_arg(pl, "the predictions, one per configuration")
 
     oc = sub.add_parser(
         "vllm-outcome", help="a pre-registered prediction against its runs -> outcome.json"
     )
     oc.add_argument("prereg", help="a folder with predictions.json (vllm-plan)")
     oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
+    add_format_arg(oc, "the results, one per configuration")
 
     fg = sub.add_parser("vllm-figure", help="one observed wrong read of a vLLM run, as a timeline")
     fg.add_argument("dir", help="an exported run folder (v<release>/<mode>_<config>/)")
@@ -168,6 +176,7 @@ def build_parser(
     ab = sub.add_parser("vllm-ab", help="the arms table of #45100's A/B and the align fixes")
     ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
     ab.add_argument("--out", required=True, help="the summary JSON to write")
+    add_format_arg(ab, "the arms (and throughput rounds)")
     for cmd, parser in sub.choices.items():
         parser.prog = f"{prog} {(names or {}).get(cmd, cmd)}"
     return p
@@ -245,7 +254,8 @@ def cmd_recall(args: argparse.Namespace) -> str:
         return json.dumps(result, indent=2)
     cols = ["impl", "true_count", "count_used", "recall_acc", "out_rel_err",
             "slot0_state_rel_change", "next_step_recall_acc", "conv_out_rel_err"]  # fmt: skip
-    return f"recall config: {result['config']}\n" + format_table(result["rows"], cols)
+    text = f"recall config: {result['config']}\n" + format_table(result["rows"], cols)
+    return render(args.table_format, result["rows"], text)
 
 
 def cmd_padding(args: argparse.Namespace) -> str:
@@ -260,7 +270,18 @@ def cmd_padding(args: argparse.Namespace) -> str:
         report["graph_check"] = graph_padding_check(plan, seed=args.seed)
     if args.json:
         return json.dumps(report, indent=2)
-    return _padding_text(report)
+    return render(args.table_format, _padding_rows(report), lambda: _padding_text(report))
+
+
+def _padding_rows(report: dict) -> list[dict]:
+    """Before and after #45100: the rule, the batch size, the metadata shapes (none without a
+    FULL cudagraph)."""
+    if not report["full_cudagraph"]:
+        return []
+    rows = [report[key] | {"when": key} | report[key]["shapes"] for key in ("before", "after")]
+    for row in rows:
+        row.update(report.get("graph_check", {}).get(row["batch_size_rule"], {}))
+    return rows
 
 
 def _padding_text(report: dict) -> str:
@@ -270,9 +291,7 @@ def _padding_text(report: dict) -> str:
     )
     if not report["full_cudagraph"]:
         return head + "\n" + report["note"]
-    rows = [report[key] | {"when": key} | report[key]["shapes"] for key in ("before", "after")]
-    for row in rows:
-        row.update(report.get("graph_check", {}).get(row["batch_size_rule"], {}))
+    rows = _padding_rows(report)
     cols = ["when", "batch_size_rule", "batch_size", "spec_state_indices",
             "spec_query_start_loc", "tail_rows"]  # fmt: skip
     if "graph_check" in report:
@@ -303,12 +322,13 @@ def cmd_bench(args: argparse.Namespace) -> str:
     verdict = (
         f"target floor met: {summary['target_floor_met']}; fla met: {summary['target_fla_met']}"
     )
-    return (
+    text = (
         f"{summary['device']}  copy {summary['copy_bw_GBps']:.0f} GB/s\n"
         + format_table(summary["cases"], cols)
         + "\n"
         + verdict
     )
+    return render(args.table_format, summary["cases"], text)
 
 
 def cmd_replay(args: argparse.Namespace) -> str:
@@ -353,12 +373,15 @@ def cmd_calibrate(args: argparse.Namespace) -> str:
 def cmd_summary(args: argparse.Namespace) -> str:
     from pathlib import Path
 
-    from gpu_check.summary import summary_markdown
+    from gpu_check.summary import summary_markdown, summary_rows
 
     d = Path(args.dir)
     if not d.is_dir():
         raise UsageError(f"--dir {args.dir}: not a directory")
-    return _vllm_input(summary_markdown, d, what=d, writer="gpu_check bench/recall/padding")
+    writer = "gpu_check bench/recall/padding"
+    if args.table_format != "table":
+        return render(args.table_format, _vllm_input(summary_rows, d, what=d, writer=writer), "")
+    return _vllm_input(summary_markdown, d, what=d, writer=writer)
 
 
 def _vllm_input(fn, *args, what: object = "", writer: str = "gpu_check vllm-run/vllm-export"):
@@ -416,9 +439,13 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
             from gpu_check.vllm.tables import configs_markdown, summary_markdown
 
             return summary_markdown(rows) + "\n" + configs_markdown(rows)
-        return json.dumps(rows, indent=2) if args.json else format_table(rows, RESULT_COLUMNS[:16])
+        if args.json:
+            return json.dumps(rows, indent=2)
+        return render(args.table_format, rows, lambda: format_table(rows, RESULT_COLUMNS[:16]))
     report = _vllm_input(compare_dir, folder, what=folder)
-    return json.dumps(report, indent=2) if args.json else report_text(report)
+    if args.json:
+        return json.dumps(report, indent=2)
+    return render(args.table_format, [report], lambda: report_text(report))
 
 
 def cmd_vllm_forward(args: argparse.Namespace) -> str:
@@ -427,7 +454,13 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
     from gpu_check.vllm.forward import run_forward, summary_text
 
     out = _out_dir(args.out, "vllm-forward")
-    return summary_text(_vllm_input(run_forward, Path(args.dir), out, args.seeds))
+    text = summary_text(_vllm_input(run_forward, Path(args.dir), out, args.seeds))
+    if args.table_format == "table":
+        return text
+    import pandas as pd
+
+    rows = pd.read_csv(out / "forward.csv").to_dict("records")  # the table it wrote
+    return render(args.table_format, rows, text)
 
 
 def cmd_vllm_plan(args: argparse.Namespace) -> str:
@@ -439,7 +472,7 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
     arms = _check_input(arms_from_args, args)
     command = "python -m gpu_check " + shlex.join(args.argv)
     doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
-    return summary_text(doc)
+    return render(args.table_format, doc["configs"], lambda: summary_text(doc))
 
 
 def cmd_vllm_outcome(args: argparse.Namespace) -> str:
@@ -448,7 +481,8 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     from gpu_check.vllm.outcome import outcome, outcome_text
 
     runs = [Path(r) for r in args.runs]
-    return outcome_text(_vllm_input(outcome, Path(args.prereg), runs, what=args.prereg))
+    doc = _vllm_input(outcome, Path(args.prereg), runs, what=args.prereg)
+    return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 
 
 def cmd_vllm_ab(args: argparse.Namespace) -> str:
@@ -457,7 +491,11 @@ def cmd_vllm_ab(args: argparse.Namespace) -> str:
     from gpu_check.vllm.outcome import ab_summary, ab_text
 
     runs = [Path(r) for r in args.runs]
-    return ab_text(_vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs)))
+    doc = _vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs))
+    throughput = [{"vllm": t["vllm"], "rounds": t["rounds"], "arm": name, **a}
+                  for t in doc["throughput"] for name, a in t["arms"].items()]  # fmt: skip
+    rows = flat_rows(doc["arms"], "arms") + flat_rows(throughput, "throughput")
+    return render(args.table_format, rows, lambda: ab_text(doc))
 
 
 def cmd_vllm_figure(args: argparse.Namespace) -> str:
@@ -503,7 +541,7 @@ def main(
 
             args.out = str(_out_dir(args.out, "vllm-run"))
             return main_run(args)
-        print(COMMANDS[args.cmd](args))
+        print(call(COMMANDS[args.cmd], args))
     except UsageError as exc:
         from sim.errors import one_line
 

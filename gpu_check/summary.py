@@ -65,3 +65,19 @@ def summary_markdown(d: Path) -> str:
         ratio = g["num_actual_tokens"]["replay_us_median"] / g["num_reqs"]["replay_us_median"]
         out.append(f"- the old rule's replay takes {ratio:.2f}x the new rule's")
     return "\n".join(out)
+
+
+def summary_rows(d: Path) -> list[dict]:
+    """The same tables for a program (``--format json|csv``): the kernel timings, the recall
+    rows and the graph-padding checks, each row's ``table`` naming which."""
+    from sim.runs.tables import flat_rows
+
+    bench, recall, pad = (
+        _load(d, n) for n in ("bench_summary.json", "recall.json", "padding.json")
+    )
+    graph = [{"rule": rule, **r} for rule, r in pad.get("graph_check", {}).items()]
+    return (
+        flat_rows(bench["cases"], "bench")
+        + flat_rows(recall["rows"], "recall")
+        + flat_rows(graph, "padding")
+    )

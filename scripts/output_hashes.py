@@ -84,7 +84,7 @@ def check_outputs(out: Path) -> list[str]:
 
 def timeline_outputs(out: Path) -> list[str]:
     from sim.explore.timeline import build_timeline
-    from sim.model.schedule import read_schedule
+    from sim.model.schedule_io import read_schedule
 
     run = out / "run"
     schedule = read_schedule(run / "schedule.json")

@@ -58,3 +58,48 @@ def test_gpu_check_uses_the_model_and_tables_only() -> None:
                 if path.parent.name == "vllm":  # a real vLLM run: the policy its config resolves to
                     allowed += ("resolve",)
                 assert parts[1] in allowed, f"{path}: {mod}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SIM.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return ast.unparse(test).split(".")[-1] == "TYPE_CHECKING"
+
+
+def _run_time_imports(path: Path, package: str, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports when it runs: at its top and inside functions alike
+    (a lazy import still makes the pair one unit), not under ``if TYPE_CHECKING:``."""
+    out: set[str] = set()
+    todo: list[ast.AST] = [ast.parse(path.read_text())]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package of this module
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out & known
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """A pair that imports each other, even lazily, is one module in two files: the one that
+    needs both (as sim.model.schedule_io needs schedule and schedule_parquet) sits above them."""
+    paths = [p for top in ("sim", "gpu_check") for p in (SIM.parent / top).rglob("*.py")]
+    names = {_module_name(p): p for p in paths}
+    graph = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = _run_time_imports(path, package, set(names)) - {name}
+    pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph[b]})
+    assert not pairs, f"modules that import each other: {pairs}"

@@ -311,6 +311,7 @@ def test_every_schedule_specrace_or_vllm_wrote_means_what_it_says() -> None:
     preemption, prefix hits, align) and for every committed one, real vLLM exports included."""
     from sim.model import schedule as sm
     from sim.model.params import load_scenario, with_overrides
+    from sim.model.schedule_io import read_schedule
     from sim.model.scheduling import build_schedule
 
     small = {"engine.max_num_seqs": "8", "engine.max_num_batched_tokens": "64",
@@ -329,7 +330,7 @@ def test_every_schedule_specrace_or_vllm_wrote_means_what_it_says() -> None:
     committed = sorted((ROOT / "data").rglob("schedule.json"))
     assert len(committed) >= 40
     for path in committed:
-        sm.read_schedule(path)
+        read_schedule(path)
 
 
 # -- gpu_check vllm-compare of a folder that is not there ------------------------------------------

@@ -24,7 +24,7 @@ from sim.errors import SpecraceError
 from sim.hardware.compare import agreement
 from sim.model.params import load_scenario, scenario_from_dict
 from sim.model.policies import named, select
-from sim.model.schedule import read_schedule
+from sim.model.schedule_io import read_schedule
 from sim.model.scheduling import build_schedule
 from sim.runs.limits import MAX_STEPS, guard_resources
 from sim.runs.run import write_parquet

@@ -35,7 +35,8 @@ import pandas as pd
 
 from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
-from sim.model.schedule import Schedule, StepRecord, read_schedule
+from sim.model.schedule import Schedule, StepRecord
+from sim.model.schedule_io import read_schedule
 from sim.model.verdict import at_landing, seen_landing
 from sim.runs.io import atomic_write, atomic_write_text, read_parquet
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sim.cli.guards import BUDGET_H, check_budget, check_search_s
 from sim.errors import SpecraceError
+from sim.runs import tables
 from sim.runs.args import budget_arg, step_index_arg
 
 
@@ -29,6 +30,7 @@ def register(sub) -> None:
     c.add_argument("--sync-classes", default="p", help="prompt classes for the async-off family")
     c.add_argument("--json", action="store_true", help="print the JSON result")
     c.add_argument("--out", default="", help="also write the JSON result to this file")
+    tables.add_format_arg(c, "the verdict per policy")
     c.set_defaults(func=cmd_check)
     s = sub.add_parser("shrink", help="a wrong read of a run -> a minimal scripted scenario TOML")
     s.add_argument("run", help="a run directory (python -m sim run --out DIR, one policy)")
@@ -47,7 +49,7 @@ def _classes(text: str, flag: str) -> tuple[str, ...]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from sim.explore.check import Space, check, result_json, story
+    from sim.explore.check import Space, check, result_json
     from sim.model.policies import select
     from sim.runs.io import write_json
 
@@ -80,19 +82,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         f"search nodes {res.nodes}, build_schedule runs {res.runs}, evaluations "
         f"{res.evaluations}; {elapsed:.1f} s"
     )
-    for name, p in res.policies.items():
-        if p.safe:
-            print(f"{name}: safe for all {p.interleavings} interleavings", end="")
-            print(f" ({p.repaired} CPU-wrong reads repaired on the GPU)" if p.repaired else "")
-            continue
-        total = p.interleavings + sum(p.failing.values())
-        fails = ", ".join(f"{k} {v}" for k, v in sorted(p.failing.items()))
-        print(f"{name}: FAILS in {sum(p.failing.values())} of {total} interleavings ({fails})")
-        for kind, cx in sorted(p.minimal.items()):
-            rows, steps, ops = cx.key[:3]
-            print(f"  minimal {kind}: {rows} rows, {steps} steps, {ops} row ops")
-            for line in story(cx).splitlines():
-                print(f"    {line}")
+
+    def verdicts() -> None:
+        for name, p in res.policies.items():
+            print_verdict(name, p)
+
+    tables.show(args.table_format, policy_rows(res), verdicts)
     doc = result_json(res)
     if args.out:
         write_json(Path(args.out), doc)
@@ -100,6 +95,43 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, sort_keys=True))
     return 0
+
+
+def policy_rows(res) -> list[dict]:
+    """One row per policy: its verdict and, per hazard kind, the interleavings that fail."""
+    from sim.model.verdict import HAZARD_KINDS
+
+    found = sorted({k for p in res.policies.values() for k in p.failing})
+    kinds = list(dict.fromkeys([*HAZARD_KINDS, *found]))
+    return [
+        {
+            "policy": name,
+            "vllm": p.vllm,
+            "safe": p.safe,
+            "interleavings": p.interleavings + sum(p.failing.values()),
+            "failing": sum(p.failing.values()),
+            **{f"failing_{k}": p.failing.get(k, 0) for k in kinds},
+            "repaired_cpu_wrong": p.repaired,
+        }
+        for name, p in res.policies.items()
+    ]
+
+
+def print_verdict(name: str, p) -> None:
+    from sim.explore.check import story
+
+    if p.safe:
+        print(f"{name}: safe for all {p.interleavings} interleavings", end="")
+        print(f" ({p.repaired} CPU-wrong reads repaired on the GPU)" if p.repaired else "")
+        return
+    total = p.interleavings + sum(p.failing.values())
+    fails = ", ".join(f"{k} {v}" for k, v in sorted(p.failing.items()))
+    print(f"{name}: FAILS in {sum(p.failing.values())} of {total} interleavings ({fails})")
+    for kind, cx in sorted(p.minimal.items()):
+        rows, steps, ops = cx.key[:3]
+        print(f"  minimal {kind}: {rows} rows, {steps} steps, {ops} row ops")
+        for line in story(cx).splitlines():
+            print(f"    {line}")
 
 
 def cmd_shrink(args: argparse.Namespace) -> int:

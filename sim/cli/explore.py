@@ -74,7 +74,7 @@ def _schedule_path(src: Path, run: Path) -> Path:
 def load_run(src: Path, runs: list[tuple[str, Path]], trace: bool = True):
     """``(schedule, [(policy, meta, trace, reads)])`` of :func:`run_dirs`' runs, every table
     schema-checked and checked against the schedule before any analysis starts."""
-    from sim.model.schedule import read_schedule
+    from sim.model.schedule_io import read_schedule
 
     schedule = read_schedule(_schedule_path(src, runs[0][1]))
     out = []

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from sim.cli.guards import BUDGET_H
+from sim.runs import tables
 from sim.runs.args import budget_arg, int_in
 
 
@@ -36,10 +37,31 @@ def cmd_field_reports(args: argparse.Namespace) -> int:
     write_json(out / "summary.json", summary_rows(rows))
     text = summary_markdown(rows)
     atomic_write_text(out / "summary.md", text)
-    print(text, end="")
+    tables.show(args.table_format, report_rows(rows), lambda: print(text, end=""))
     shown = Path(args.out)
     print(f"wrote {shown / 'raw.json'}, {shown / 'summary.json'}, {shown / 'summary.md'}")
     return 0
+
+
+def report_rows(rows: list[dict]) -> list[dict]:
+    """The summary table's rows for a program: one per report, arm and timing."""
+    out = []
+    for r in rows:
+        e, rep = r["estimate"], r["reported_per_10k"]
+        out.append({
+            "report": r["report"], "arm": r["arm"],
+            "reported_corrupted": r["reported_corrupted"],
+            "reported_generations": r["reported_generations"],
+            "reported_per_10k": rep[0] if rep else None,
+            "reported_per_10k_lo": rep[1] if rep else None,
+            "reported_per_10k_hi": rep[2] if rep else None,
+            "policy": r["policy"], "timing": r["timing"],
+            "predicted_per_10k": e["per_10k"], "predicted_per_10k_lo": e["per_10k_lo"],
+            "predicted_per_10k_hi": e["per_10k_hi"], "predicted_corrupted": e["corrupted"],
+            "predicted_generations": e["generations"], "verdict": r["verdict"],
+            "assumed": list(r["assumed"]),
+        })  # fmt: skip
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,4 +72,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override every arm's seed count")  # fmt: skip
     f.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
                    help="refuse a run estimated to take longer (CPU hours)")  # fmt: skip
+    tables.add_format_arg(f, "the summary table")
     f.set_defaults(func=cmd_field_reports)

@@ -27,6 +27,7 @@ from sim.model.params import (
 from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
 from sim.model.verdict import HAZARD_KINDS
+from sim.runs import tables
 from sim.runs.args import budget_arg, int_in, seed_arg, step_index_arg, steps_arg
 from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
@@ -102,7 +103,9 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
         steps = args.steps or scenario.default_steps
         guard_resources(scenario, steps)
         return scenario, build_schedule(scenario, args.seed, steps)
-    sched = schedule_mod.read_schedule(Path(args.schedule))
+    from sim.model.schedule_io import read_schedule
+
+    sched = read_schedule(Path(args.schedule))
     return schedule_scenario(args, sched), sched
 
 
@@ -170,7 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.picture:
             title = f"{scenario.name}: wrong accepted counts by policy ({steps:,} steps, seed "
             brief.write_picture(tmp, summaries, sched, title + f"{sched.seed})")
-    print_table(summaries)
+    tables.show(args.table_format, run_rows(summaries), lambda: print_table(summaries))
     if args.brief:
         brief.print_legend()
     if args.picture:
@@ -196,14 +199,9 @@ def run_stream(args: argparse.Namespace) -> int:
     name = select(args.policy, many=False)[0].name
     source = None
     if args.schedule:
-        path = Path(args.schedule)
-        if path.suffix == ".parquet":
-            from sim.model.schedule_parquet import open_schedule_parquet
+        from sim.model.schedule_io import open_schedule
 
-            source = open_schedule_parquet(path)
-        else:
-            full = schedule_mod.read_schedule(path)
-            source = (full, iter(full.steps), len(full.steps))
+        source = open_schedule(Path(args.schedule))
         scenario, seed, steps = schedule_scenario(args, source[0]), source[0].seed, source[2]
     else:
         scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
@@ -215,12 +213,30 @@ def run_stream(args: argparse.Namespace) -> int:
         summary = run_streaming(
             tmp, scenario, POLICIES[name], seed, steps, schedule_format="parquet", source=source
         )
-    print_table([summary])
+    tables.show(args.table_format, run_rows([summary]), lambda: print_table([summary]))
     if note:
         print(f"note: {note}")
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def run_rows(summaries: list[dict]) -> list[dict]:
+    """The policy table's rows, its columns as keys (``--format json|csv``)."""
+    return [
+        {
+            "policy": s["policy"],
+            "reads": s["reads"],
+            "cpu_wrong": s["cpu_wrong"],
+            "gpu_wrong": s["gpu_wrong"],
+            **{kind: s["by_kind"].get(kind, 0) for kind in HAZARD_KINDS},
+            "prompt_lost": s["prompt_state_lost"],
+            "corrupted_reqs": s["corrupted_requests"],
+            "step_ms": s["mean_step_ns"] / 1e6,
+            "tok/s": s["tokens_per_s"],
+        }
+        for s in summaries
+    ]
 
 
 def print_table(summaries: list[dict]) -> None:
@@ -266,42 +282,49 @@ def cmd_bench(args: argparse.Namespace) -> int:
             sweep_bench(w, points=args.sweep, steps=args.steps, engine=e)
             for e, w in (("vector", 1), ("vector", 2), ("simpy", 1))
         ]
-        for r in rows:
-            print(json.dumps(r, sort_keys=True))
+        text = "\n".join(json.dumps(r, sort_keys=True) for r in rows)
+        tables.show(args.table_format, rows, text)
         return 0
     from sim.explore.bench import main as bench_main
 
-    return bench_main(args.steps, args.points, args.vector_steps, long_steps=args.long_steps)
+    return bench_main(args.steps, args.points, args.vector_steps, long_steps=args.long_steps,
+                      fmt=args.table_format)  # fmt: skip
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from sim.hardware.compare import agreement, by_landing, pool_runs, read_observed
 
     observed = pool_runs([read_observed(Path(d)) for d in args.dir], list(args.dir))
-    print(agreement(observed).to_string(index=False))
+    shown = []  # (table, heading, frame), in the order printed
+    shown.append(("agreement", "", agreement(observed)))
     if "sim_gpu_wrong" in observed.columns:
         from sim.hardware.compare import prediction_agreement
 
-        print(prediction_agreement(observed).to_string(index=False))
+        shown.append(("prediction_agreement", "", prediction_agreement(observed)))
     if args.req_id:
-        print(by_landing(observed, args.req_id, args.step).to_string(index=False))
+        shown.append(("by_landing", "", by_landing(observed, args.req_id, args.step)))
     from sim.hardware.compare import close_calls, landing_timing
 
-    timing = landing_timing(observed)
-    if not timing.empty:
-        print("\nlanding and op-placement error (µs), by policy")
-        print(timing.to_string(index=False))
-    by_type = landing_timing(observed, by="type")
-    if not by_type.empty:
-        print("\nlanding and op-placement error (µs), by where the model lands the counts")
-        print(by_type.to_string(index=False))
-    verdicts = close_calls(observed)
-    if not verdicts.empty:
-        print(
-            "\nthe model's verdict on the hardware: close calls (margin <= 100 µs), margins"
-            " > 25 µs, and what flipped each missed close call"
-        )
-        print(verdicts.to_string(index=False))
+    for name, heading, frame in (
+        ("landing_timing", "\nlanding and op-placement error (µs), by policy",
+         landing_timing(observed)),
+        ("landing_timing_by_type",
+         "\nlanding and op-placement error (µs), by where the model lands the counts",
+         landing_timing(observed, by="type")),
+        ("close_calls", "\nthe model's verdict on the hardware: close calls (margin <= 100 µs),"
+         " margins > 25 µs, and what flipped each missed close call", close_calls(observed)),
+    ):  # fmt: skip
+        if not frame.empty:
+            shown.append((name, heading, frame))
+
+    def text() -> None:
+        for _name, heading, frame in shown:
+            if heading:
+                print(heading)
+            print(frame.to_string(index=False))
+
+    rows = [r for name, _, f in shown for r in tables.flat_rows(f.to_dict("records"), name)]
+    tables.show(args.table_format, rows, text)
     return 0
 
 
@@ -366,6 +389,9 @@ def cmd_params(args: argparse.Namespace) -> int:
                      "meaning": doc.meaning, "source": str(source)})  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=1))
+        return 0
+    if args.table_format != "table":
+        tables.show(args.table_format, rows)
         return 0
     label = f"value in {args.scenario}" if args.scenario else "default"
     if args.timing:
@@ -462,6 +488,7 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     r.add_argument("--stream", action="store_true",
                    help="long runs in bounded memory: one policy, the vector tier, "
                    "schedule.parquet and reads.parquet in row groups, no trace")  # fmt: skip
+    tables.add_format_arg(r, "the policy table")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")
     c.add_argument("dir", nargs="+",
@@ -469,6 +496,7 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
                         "(steps kept apart by run)")  # fmt: skip
     c.add_argument("--req-id", default="", help="also: what this request read, by landing")
     c.add_argument("--step", type=step_index_arg, default=4, help="with --req-id: the step")
+    tables.add_format_arg(c, "the tables")
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser("bench", help="engine steps/s and events/s beside bare SimPy")
     b.add_argument("--steps", type=steps_arg, default=2000, help="engine steps to time")
@@ -482,6 +510,7 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
                    "workers, SimPy tier on 1)")  # fmt: skip
     b.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
                    help="refuse a bench estimated to take longer (CPU hours)")  # fmt: skip
+    tables.add_format_arg(b, "the measurements")
     b.set_defaults(func=cmd_bench)
     pa = sub.add_parser("params", help="every parameter: unit, default, meaning, source")
     pa.add_argument("--scenario", default="", help="show this scenario's values instead")
@@ -493,6 +522,7 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
         help="apply this [timing] file; its values are labelled measured",
     )
     pa.add_argument("--json", action="store_true", help="one JSON list of rows")
+    tables.add_format_arg(pa)
     pa.set_defaults(func=cmd_params)
     for register in PLUGINS:
         register(sub)
@@ -548,7 +578,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
     record_command(prog, argv)
     _stdout_that_outlives_its_reader()
     try:
-        code = args.func(args)
+        code = tables.call(args.func, args)
         sys.stdout.flush()
         return 141 if code == 0 and getattr(sys.stdout, "reader_left", False) else code
     except SpecraceError as e:

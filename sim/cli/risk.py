@@ -14,6 +14,7 @@ from sim.model.verdict import HAZARD_KINDS
 from sim.resolve.presets import PRESETS
 from sim.resolve.release_facts import RELEASES
 from sim.resolve.resolution import VllmSetup
+from sim.runs import tables
 from sim.runs.args import budget_arg, int_in
 from sim.runs.limits import MAX_STEPS
 
@@ -69,7 +70,7 @@ def _rate(e: RateEstimate) -> str:
     return f"{e.per_10k:.1f} [{e.per_10k_lo:.1f}, {e.per_10k_hi:.1f}]"
 
 
-def print_report(rep: RiskReport) -> None:
+def print_report(rep: RiskReport, mitigations: bool = True) -> None:
     s, r = rep.setup, rep.resolution
     print(
         f"vLLM {s.vllm} ({s.platform}), {s.model}, spec {s.spec_method}:"
@@ -111,7 +112,7 @@ def print_report(rep: RiskReport) -> None:
             f"{e.per_10k_hi:.1f} per 10,000 (95%)"
         )
     print(f"cheapest safe change: {rep.answer}")
-    if not rep.mitigations:
+    if not rep.mitigations or not mitigations:
         return
     print("mitigations (cheapest safe first):")
     print("  " + " | ".join(MITIGATION_HEAD))
@@ -139,6 +140,25 @@ def mitigation_rows(rep: RiskReport) -> list[tuple[str, ...]]:
     return rows
 
 
+def mitigation_records(rep: RiskReport) -> list[dict]:
+    """The mitigations table for a program (``--format json|csv``): its rates as numbers."""
+    out = []
+    for m in rep.mitigations:
+        me = m.estimate if m.available else None
+        out.append({
+            "mitigation": m.name, "change": m.change, "available": m.available,
+            "policy": me.policy if me else None,
+            "per_10k": me.per_10k if me else None,
+            "per_10k_lo": me.per_10k_lo if me else None,
+            "per_10k_hi": me.per_10k_hi if me else None,
+            "safe": me.safe if me else None,
+            "step_time_pct": m.step_time_pct if me else None,
+            "tokens_per_s_pct": m.tokens_per_s_pct if me else None,
+            "note": m.reason,
+        })  # fmt: skip
+    return out
+
+
 def cmd_risk(args: argparse.Namespace) -> int:
     from sim.cli.guards import RISK_ESTIMATES_MAX, check_budget, runs_s
     from sim.resolve.risk import assess
@@ -160,7 +180,8 @@ def cmd_risk(args: argparse.Namespace) -> int:
         gpu_timing=args.gpu_timing,
         engine=args.engine,
     )
-    print_report(rep)
+    print_report(rep, mitigations=args.table_format == "table")
+    tables.show(args.table_format, mitigation_records(rep))
     if args.report:
         write_report(rep, args)
     if args.json:
@@ -217,6 +238,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")
+    tables.add_format_arg(r, "the mitigations table")
     r.add_argument("--report", default="", metavar="FILE",
                    help="also write the assessment as one self-contained HTML page")  # fmt: skip
     r.set_defaults(func=cmd_risk, risk_parser=r)

@@ -40,6 +40,7 @@ from sim.model.schedule import dumps
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import Model
 from sim.model.vector import simulate_points
+from sim.runs.tables import show
 
 SCENARIO = "qwen35-mtp3"
 POLICY = "synced-gather"
@@ -219,6 +220,7 @@ def main(
     vector_steps: int = 1_000,
     sample: int = 8,
     long_steps: int = 20_000,
+    fmt: str = "table",
 ) -> int:
     scenario = load_scenario(SCENARIO)
     policy = POLICIES[POLICY]
@@ -280,30 +282,26 @@ def main(
             + ", ".join(f"{k.removeprefix('peak_rss_mb_')}={v}" for k, v in rss.items())
             + f" (goal: streamed < {RSS_GOAL_MB} MB at 1,000,000 steps; --long-steps N)"
         )
-    print(
-        json.dumps(
-            {
-                "steps": steps,
-                "steps_per_s": round(steps / sim_s, 1),
-                "events": events,
-                "events_per_s": round(ours),
-                "bare_simpy_events_per_s": round(bare),
-                "ratio": round(ours / bare, 3),
-                "bare_mix_events_per_s": round(mix_rate),
-                "ratio_mix": round(ours / mix_rate, 3),
-                "vector_points": points,
-                "vector_steps": vector_steps,
-                "vector_s": round(vector_s, 3),
-                "vector_wall_s": round(vector_wall_s, 3),
-                "vector_point_steps_per_s": round(vector_rate),
-                "simpy_point_steps_per_s": round(simpy_rate, 1),
-                "vector_over_simpy": round(vector_rate / simpy_rate, 1),
-                "vector_matches_simpy_sample": same,
-                **sched_rates,
-                "long_steps": long_steps,
-                **rss,
-            },
-            sort_keys=True,
-        )
-    )
+    doc = {
+        "steps": steps,
+        "steps_per_s": round(steps / sim_s, 1),
+        "events": events,
+        "events_per_s": round(ours),
+        "bare_simpy_events_per_s": round(bare),
+        "ratio": round(ours / bare, 3),
+        "bare_mix_events_per_s": round(mix_rate),
+        "ratio_mix": round(ours / mix_rate, 3),
+        "vector_points": points,
+        "vector_steps": vector_steps,
+        "vector_s": round(vector_s, 3),
+        "vector_wall_s": round(vector_wall_s, 3),
+        "vector_point_steps_per_s": round(vector_rate),
+        "simpy_point_steps_per_s": round(simpy_rate, 1),
+        "vector_over_simpy": round(vector_rate / simpy_rate, 1),
+        "vector_matches_simpy_sample": same,
+        **sched_rates,
+        "long_steps": long_steps,
+        **rss,
+    }
+    show(fmt, [doc], json.dumps(doc, sort_keys=True))
     return 0

@@ -34,7 +34,8 @@ from sim.model.params import (
 )
 from sim.model.policies import SYNC_SCHEDULING, Policy, named
 from sim.model.reads import build_reads
-from sim.model.schedule import Schedule, read_schedule
+from sim.model.schedule import Schedule
+from sim.model.schedule_io import read_schedule
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import Model, simulate
 from sim.runs.io import atomic_write_text, check_run_tables, read_meta, read_table

@@ -15,7 +15,6 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -361,19 +360,3 @@ def checked_steps(
 def _check_range(bad, field: str, values: np.ndarray, lo: int, hi: int) -> None:
     if len(values) and (int(values.min()) < lo or int(values.max()) > hi):
         raise bad(field, f"values must be in {lo}..{hi}")
-
-
-def read_schedule(path: Path) -> Schedule:
-    """``schedule.json``, or its compact binary form ``*.parquet``
-    (:mod:`sim.model.schedule_parquet`)."""
-    if path.suffix == ".parquet":
-        from sim.model.schedule_parquet import read_schedule_parquet
-
-        return read_schedule_parquet(path)
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise SpecraceError(f"{path}: not a specrace schedule (binary, not JSON text)") from None
-    except OSError as e:
-        raise SpecraceError(f"cannot read schedule {path}: {e.strerror}") from None
-    return loads(text, str(path))

@@ -11,7 +11,7 @@ import pytest
 from load import limit_s
 
 from gpu_check.vllm.export import export_run, landing
-from sim.model.schedule import read_schedule
+from sim.model.schedule_io import read_schedule
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm" / "v0.24.0"
 # 15 ms of GPU delay: landings before, between and after the row ops, 4->1 and 1->4 errors
