@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from sim.cli import check as check_cli
-from sim.cli import explore, field_reports, report, risk
+from sim.cli import explore, field_reports, report, risk, upstream
 from sim.cli.guards import BUDGET_H, check_int_text
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
@@ -336,6 +336,7 @@ PLUGINS: tuple = (
     risk.register,
     field_reports.register,
     report.register,
+    upstream.register,
 )
 
 EXAMPLES = {
@@ -348,6 +349,7 @@ EXAMPLES = {
     "bench": "python -m sim bench --steps 2000",
     "report": "python -m sim report out/demo",
     "params": "python -m sim params --timing h200 --timing vllm-0.24.0-row-ops",
+    "upstream-test": "python -m sim upstream-test --vllm 0.24.0 --out test_align_counts.py",
 }
 
 

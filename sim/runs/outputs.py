@@ -284,7 +284,8 @@ def prepare_file(out: Path | str, flag: str = "--out") -> Path:
 
 def written_by_specrace(path: Path) -> bool:
     """A file one of specrace's commands writes, known by its content: a matplotlib figure, a
-    ``check`` result, a Perfetto trace, a shrunk scenario; or any file of a specrace folder."""
+    ``check`` result, a Perfetto trace, a shrunk scenario, an upstream test; or any file of a
+    specrace folder."""
     if path.is_symlink() or not path.is_file():
         return False
     folder = path.parent
@@ -302,6 +303,8 @@ def written_by_specrace(path: Path) -> bool:
         return b"matplotlib" in head.lower()
     if path.suffix == ".toml":
         return b"Shrunk by `python -m sim shrink" in head
+    if path.suffix == ".py":
+        return b"``python -m sim upstream-test`` generated this file" in head
     if path.suffix == ".json":
         try:
             doc = json.loads(path.read_text())
