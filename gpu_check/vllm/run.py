@@ -1,12 +1,16 @@
 """``python -m gpu_check vllm-run``: real vLLM in-process on one GPU, instrumented.
 
 One process builds one ``vllm.LLM`` per mamba mode (align, none) with the tiny Qwen3-Next of
-``config``, zeroes its weights (every draft accepted), and runs every configuration on it:
+``config``, zeroes its weights (every draft accepted; ``--weights`` picks another variant of
+``weights``), and runs every configuration on it:
 concurrency is set per configuration through the scheduler's ``max_num_running_reqs`` (the
 engine is built for the largest), the GPU delay through the forward hook. Per configuration:
 a baseline pass with only a step clock (``Recorder(level="timing")``), then the instrumented
 pass on the same workload (prefix cache reset before each). Output per mode and configuration:
-``raw_<mode>_<config>.json`` (every step's record, see ``instrument``) and ``summary.json``.
+``raw_<mode>_<config>.json`` (every step's record, see ``instrument``, and every request's
+greedy tokens) and ``summary.json``. With ``--reference async-off`` each mode's engine is
+followed by one with async scheduling off, which runs each configuration's requests once more
+and writes their tokens to ``ref_<mode>_<config>.json`` (``vllm-consequence`` compares them).
 
 Engine set-up that is not vLLM's default, and why:
 

@@ -1,6 +1,6 @@
 """``vllm-run --weights``: what each variant sets, on stand-in modules with the parameter names
 and shapes of vLLM's tiny Qwen3-Next and its MTP drafter, and a float32 re-statement of the
-model's forward (GDN recurrence as docs/gdn-kernels.md states it) showing the two properties
+model's forward (GDN recurrence as docs/gdn.md states it) showing the two properties
 ``gdn-bit`` is built for: the token depends on the GDN state, and the drafter's guess is right
 often but not always (CPU, no vLLM)."""
 
@@ -107,7 +107,7 @@ def test_gdn_bit_sets_what_it_says() -> None:
     assert decay == pytest.approx(weights.DECAY)
 
 
-# -- the model's forward, restated (one token at a time; the recurrent GDN of gdn-kernels.md) --
+# -- the model's forward, restated (one token at a time; the recurrent GDN of docs/gdn.md) --
 def _rms(x: torch.Tensor) -> torch.Tensor:
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
