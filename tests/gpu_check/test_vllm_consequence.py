@@ -239,3 +239,35 @@ def test_the_reference_pass_keeps_the_request_ids_a_raw_record_has(tmp_path, fak
         len(t) for t in ref["token_ids"].values()
     )
     assert reference_name(replace(cfg, patch="private-d2h", rep=2)) == cfg.name
+
+
+def test_a_committed_h200_run_counts_the_requests_vllm_ab_counts(tmp_path: Path) -> None:
+    """A real record (vLLM 0.24.0, align, 16 seqs, 15 ms: 4->1 and 1->4 wrong reads) with
+    token ids added and an identical reference: the wrong requests are vllm-ab's corrupted
+    generations, none diverges, every other request is identical."""
+    import gzip
+
+    from gpu_check.vllm.export import export_run, load_raw
+    from gpu_check.vllm.outcome import observed
+
+    data = Path(__file__).resolve().parents[2] / "data" / "vllm" / "v0.24.0"
+    raw = load_raw(data / "raw" / "raw_align_s16_d15ms.json.gz")
+    raw["token_ids"] = {r["req_id"]: [7] * r["output_len"] for r in raw["requests"]}
+    run = tmp_path / "v0.24.0"
+    (run / "raw").mkdir(parents=True)
+    (run / "raw" / "raw_align_s16_d15ms.json.gz").write_bytes(
+        gzip.compress(json.dumps(raw).encode())
+    )
+    ref = {"schema": "specrace.vllm_reference", "async_scheduling": False, "mode": "align",
+           "requests": raw["requests"], "token_ids": raw["token_ids"]}  # fmt: skip
+    (run / "raw" / "ref_align_s16_d15ms.json").write_text(json.dumps(ref))
+    export_run(run / "raw" / "raw_align_s16_d15ms.json.gz", run / "align_s16_d15ms")
+    doc = consequence([run], tmp_path / "c.json")
+    corrupted = observed(run / "align_s16_d15ms")["corrupted_generations"]
+    assert doc["wrong_requests"] == corrupted > 0
+    assert (
+        doc["diverged_with_wrong"] == 0 and len(doc["runs"][0]["wrong_not_diverged"]) == corrupted
+    )
+    assert doc["identical_without_wrong"] == doc["requests_without_wrong"] == 192 - corrupted
+    # zeroed weights: rows with drafts carry 4 (align: 1 where the state block did not move)
+    assert set(doc["runs"][0]["acceptance"]) <= {"1", "4"}
