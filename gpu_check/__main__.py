@@ -128,6 +128,16 @@ def build_parser(
         "--runner", choices=("v1", "v2"), default="v1",
         help="v1: VLLM_USE_V2_MODEL_RUNNER=0 (the racy runner); v2: =1 (MRv2)",
     )  # fmt: skip
+    v.add_argument(
+        "--weights", default="zero",
+        help="zero (default: every draft accepted, tokens fixed), dummy (vLLM's dummy weights), "
+        "gdn-bit (tokens depend on the GDN state, drafts accepted ~70 %%; gpu_check.vllm.weights)",
+    )  # fmt: skip
+    v.add_argument(
+        "--reference", choices=("none", "async-off"), default="none",
+        help="async-off: per mode, the same requests once more on an engine with async "
+        "scheduling off (ref_<mode>_<config>.json, for vllm-consequence)",
+    )  # fmt: skip
     v.add_argument("--out", required=True)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")
@@ -177,6 +187,13 @@ def build_parser(
     ab.add_argument("runs", nargs="+", help="folders of exported v<release>/ runs")
     ab.add_argument("--out", required=True, help="the summary JSON to write")
     add_format_arg(ab, "the arms (and throughput rounds)")
+    cq = sub.add_parser(
+        "vllm-consequence", help="greedy tokens with a wrong GDN count vs an async-off reference"
+    )
+    cq.add_argument("runs", nargs="+", help="vllm-run --reference async-off folders, exported")
+    cq.add_argument(
+        "--out", required=True, help="the JSON to write (data/vllm/ab/consequence.json)"
+    )
     for cmd, parser in sub.choices.items():
         parser.prog = f"{prog} {(names or {}).get(cmd, cmd)}"
     return p
@@ -498,6 +515,16 @@ def cmd_vllm_ab(args: argparse.Namespace) -> str:
     return render(args.table_format, rows, lambda: ab_text(doc))
 
 
+def cmd_vllm_consequence(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.consequence import consequence, consequence_text
+
+    runs = [Path(r) for r in args.runs]
+    doc = _vllm_input(consequence, runs, Path(args.out), what=" ".join(args.runs))
+    return consequence_text(doc)
+
+
 def cmd_vllm_figure(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -522,6 +549,7 @@ COMMANDS = {
     "vllm-outcome": cmd_vllm_outcome,
     "vllm-ab": cmd_vllm_ab,
     "vllm-figure": cmd_vllm_figure,
+    "vllm-consequence": cmd_vllm_consequence,
 }
 
 

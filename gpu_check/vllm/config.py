@@ -5,13 +5,15 @@ full-attention layer, dense MLPs (no experts), one MTP layer for the drafter, a 
 vocabulary and no tokenizer. Weights are vLLM's dummy weights, then zeroed on the GPU, so the
 logits are all zero, greedy sampling always picks token 0 and every draft is accepted: decode
 rows accept k + 1 tokens, prefill rows 1. The text is meaningless; the counts are what we need.
+``vllm-run --weights gdn-bit`` sets them instead so that the tokens depend on the GDN state and
+drafts are accepted about 70 % of the time (:mod:`gpu_check.vllm.weights`).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,8 @@ class EngineConfig:
     max_model_len: int = 2048
     gpu_memory_utilization: float = 0.25
     seed: int = 0
+    async_scheduling: bool = True  # False: the reference arm of vllm-run --reference async-off
+    weights: str = "zero"  # gpu_check.vllm.weights: what the dummy weights are set to
 
     def llm_kwargs(self, model_dir: str) -> dict[str, Any]:
         """``vllm.LLM(**kwargs)``: V1 runner, eager, async scheduling, MTP, Triton backends."""
@@ -86,7 +90,7 @@ class EngineConfig:
                 # the drafter picks its own backend otherwise (FlashAttention, not carried)
                 "attention_backend": "TRITON_ATTN",
             },
-            "async_scheduling": True,
+            "async_scheduling": self.async_scheduling,
             # prefix caching on is what makes a hybrid model resolve to "align"
             "enable_prefix_caching": self.mamba_cache_mode == "align",
             "mamba_cache_mode": self.mamba_cache_mode,
@@ -137,6 +141,22 @@ class RunConfig:
         d["prompt_lens"] = list(self.prompt_lens)
         d["name"] = self.name
         return d
+
+
+def reference_name(cfg: RunConfig) -> str:
+    """The async-off reference of a configuration is per workload: a patch arm or a repeat
+    shares its unpatched configuration's (``ref_<mode>_<name>.json``)."""
+    return replace(cfg, patch="none", rep=0).name
+
+
+def run_config_of(d: dict[str, Any]) -> RunConfig:
+    """A :class:`RunConfig` from its ``to_dict`` (a raw record's ``config``); keys a record
+    of an older vllm-run lacks take their defaults."""
+    known = {f.name for f in fields(RunConfig)}
+    kw = {k: v for k, v in d.items() if k in known}
+    if "prompt_lens" in kw:
+        kw["prompt_lens"] = tuple(kw["prompt_lens"])
+    return RunConfig(**kw)
 
 
 def workload(cfg: RunConfig) -> list[dict[str, Any]]:

@@ -311,6 +311,8 @@ def summarize(raw: dict[str, Any], reads: pd.DataFrame, table: pd.DataFrame) -> 
         "vllm_version": raw.get("vllm_version", ""),
         # a patched arm (vllm-run --patch) only: unpatched exports keep their bytes
         **({"patch": raw["patch"]} if raw.get("patch", "none") != "none" else {}),
+        # vllm-run --weights other than zero only, likewise
+        **({"weights": raw["weights"]} if raw.get("weights", "zero") != "zero" else {}),
         "max_num_seqs": int(raw["config"]["max_num_seqs"]),
         "gpu_delay_us": int(raw["config"]["gpu_delay_us"]),
         "arrivals": raw["config"].get("arrivals", "all-at-start"),

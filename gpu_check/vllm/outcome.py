@@ -54,6 +54,13 @@ def _json(path: Path) -> dict[str, Any]:
         raise SpecraceError(f"{path}: unreadable ({e})") from None
 
 
+def wrong_gdn(reads: pd.DataFrame) -> pd.DataFrame:
+    """The reads whose GDN-consumed count was wrong (``observed_vllm.parquet``): a speculative
+    row whose wrong count the GDN kernel restored its state from. What ``vllm-ab`` counts as
+    ``wrong_gdn`` and its corrupted generations, and ``vllm-consequence`` joins to tokens."""
+    return reads[reads["consumed"] & reads["wrong"]]
+
+
 def observed(folder: Path) -> dict[str, Any]:
     """One exported run: reads, transitions, wrong consumed counts, step time, landing mix,
     tokens/s."""
@@ -73,7 +80,7 @@ def observed(folder: Path) -> dict[str, Any]:
         "vllm": meta["vllm_version"], "mode": meta["mode"], "patch": meta.get("patch", "none"),
         "config": meta["config"], "reads": int(len(consumed)), "wrong": int(wrong.sum()),
         "transitions": int(first.sum()), "wrong_transitions": int((wrong & first).sum()),
-        "corrupted_generations": int(consumed.loc[wrong, "req_id"].nunique()),
+        "corrupted_generations": int(wrong_gdn(reads)["req_id"].nunique()),
         "generations": int(reads["req_id"].nunique()),
         "rate": float(wrong.mean()) if len(consumed) else 0.0, "rate_ci95": [float(lo), float(hi)],
         "per_10k_transitions_ci95": [1e4 * float(tlo), 1e4 * float(thi)],

@@ -1,12 +1,16 @@
 """``python -m gpu_check vllm-run``: real vLLM in-process on one GPU, instrumented.
 
 One process builds one ``vllm.LLM`` per mamba mode (align, none) with the tiny Qwen3-Next of
-``config``, zeroes its weights (every draft accepted), and runs every configuration on it:
+``config``, zeroes its weights (every draft accepted; ``--weights`` picks another variant of
+``weights``), and runs every configuration on it:
 concurrency is set per configuration through the scheduler's ``max_num_running_reqs`` (the
 engine is built for the largest), the GPU delay through the forward hook. Per configuration:
 a baseline pass with only a step clock (``Recorder(level="timing")``), then the instrumented
 pass on the same workload (prefix cache reset before each). Output per mode and configuration:
-``raw_<mode>_<config>.json`` (every step's record, see ``instrument``) and ``summary.json``.
+``raw_<mode>_<config>.json`` (every step's record, see ``instrument``, and every request's
+greedy tokens) and ``summary.json``. With ``--reference async-off`` each mode's engine is
+followed by one with async scheduling off, which runs each configuration's requests once more
+and writes their tokens to ``ref_<mode>_<config>.json`` (``vllm-consequence`` compares them).
 
 Engine set-up that is not vLLM's default, and why:
 
@@ -33,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from gpu_check.vllm.config import EngineConfig, RunConfig, workload, write_model_dir
+from gpu_check.vllm import weights
+from gpu_check.vllm.config import (
+    EngineConfig,
+    RunConfig,
+    reference_name,
+    workload,
+    write_model_dir,
+)
 
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -157,23 +168,30 @@ def build_llm(engine: EngineConfig, model_dir: Path) -> tuple[Any, dict[str, Any
     info: dict[str, Any] = {"init_s": round(time.time() - t, 1)}
     runner = _runner(llm)
     drafter = _drafter(runner)
-    with torch.no_grad():  # zero logits -> argmax 0 -> every draft accepted
-        n_target = sum(p.zero_().numel() for p in runner.model.parameters())
-        n_drafter = sum(p.zero_().numel() for p in drafter.model.parameters())
+    done = weights.apply(runner.model, drafter.model, engine.weights)
     torch.cuda.synchronize()
-    info["zeroed_params"] = {"target": n_target, "drafter": n_drafter}
+    if engine.weights == "zero":  # the record every committed run has
+        info["zeroed_params"] = done["zeroed_params"]
+    else:
+        info["weights"] = done
     info["resolved"] = _resolved(runner)
     return llm, info
 
 
-def drive(llm: Any, requests: list[dict[str, Any]], tag: str) -> dict[str, Any]:
-    """Add requests at their arrival step and step the engine until all are done."""
+def drive(
+    llm: Any,
+    requests: list[dict[str, Any]],
+    tag: str,
+    tokens: dict[str, list[int]] | None = None,
+) -> dict[str, Any]:
+    """Add requests at their arrival step and step the engine until all are done; with
+    ``tokens``, each finished request's generated token ids go there under its request id."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     engine = llm.llm_engine
     pending = sorted(requests, key=lambda r: (r["arrival_step"], r["req_index"]))
-    step, tokens, t = 0, 0, time.perf_counter()
+    step, n_out, t = 0, 0, time.perf_counter()
     # a bound, so a wedged engine ends the pass instead of the session's device time
     limit = 4 * (sum(r["max_tokens"] for r in requests) + max(r["arrival_step"] for r in requests))
     while pending or engine.has_unfinished_requests():
@@ -188,9 +206,11 @@ def drive(llm: Any, requests: list[dict[str, Any]], tag: str) -> dict[str, Any]:
             )
         for out in engine.step():
             if out.finished:
-                tokens += len(out.outputs[0].token_ids)
+                n_out += len(out.outputs[0].token_ids)
+                if tokens is not None:
+                    tokens[out.request_id] = [int(x) for x in out.outputs[0].token_ids]
         step += 1
-    return {"engine_steps": step, "out_tokens": tokens, "wall_s": round(time.perf_counter() - t, 3)}
+    return {"engine_steps": step, "out_tokens": n_out, "wall_s": round(time.perf_counter() - t, 3)}
 
 
 def _interval_stats(steps: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -216,7 +236,9 @@ def run_config(
     ns_per_cycle: float,
     version: str,
     repeat_baseline: bool = False,
+    weights_name: str = "zero",
 ) -> dict:
+    from gpu_check.vllm.consequence import acceptance_histogram
     from gpu_check.vllm.instrument import Recorder
     from gpu_check.vllm.instrument_v2 import RecorderV2, is_v2_runner
 
@@ -228,7 +250,9 @@ def run_config(
     reqs = workload(cfg)
     result: dict[str, Any] = {"config": cfg.to_dict()}
 
-    def one_pass(level: str, tag: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def one_pass(
+        level: str, tag: str, tokens: dict[str, list[int]] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         from gpu_check.vllm import patches
 
         llm.reset_prefix_cache()
@@ -236,7 +260,7 @@ def run_config(
         try:
             rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
             try:
-                stats = drive(llm, reqs, f"{tag}{cfg.name}-")
+                stats = drive(llm, reqs, f"{tag}{cfg.name}-", tokens)
             finally:
                 rec.uninstall()
         finally:
@@ -247,9 +271,12 @@ def run_config(
 
     if cfg.baseline:
         result["baseline"] = one_pass("timing", "b")[0]
-    result["instrumented"], steps = one_pass("full", "")
+    tokens: dict[str, list[int]] = {}
+    result["instrumented"], steps = one_pass("full", "", tokens)
     if cfg.baseline and repeat_baseline:  # A-B-A: is a difference the hooks or the order?
         result["baseline_after"] = one_pass("timing", "a")[0]
+    if not v2:  # the counts the D2H carried for rows that had drafts: partial acceptance
+        result["acceptance"] = acceptance_histogram(steps)
     raw = {
         "schema": "specrace.vllm_raw",
         "runner": "v2" if v2 else "v1",
@@ -271,11 +298,48 @@ def run_config(
             for r in reqs
         ],  # fmt: skip
         "steps": steps,
+        "token_ids": tokens,  # req_id -> the greedy tokens this pass generated
     }
+    if weights_name != "zero":  # unzeroed weights only: a default record keeps its keys
+        raw["weights"] = weights_name
     path = out / f"raw_{mode}_{cfg.name}.json"
     path.write_text(json.dumps(raw, separators=(",", ":")) + "\n")
     result["raw"] = path.name
     return result
+
+
+def run_reference(
+    llm: Any, cfg: RunConfig, mode: str, out: Path, version: str, engine: EngineConfig
+) -> dict[str, Any]:
+    """The same requests on an engine with async scheduling off: no hooks, no GPU delay (with
+    async off the schedule does not depend on timing), the same request ids as the
+    instrumented pass; writes ``ref_<mode>_<name>.json``."""
+    _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
+    reqs = workload(cfg)
+    llm.reset_prefix_cache()
+    tokens: dict[str, list[int]] = {}
+    stats = drive(llm, reqs, f"{cfg.name}-", tokens)
+    name = reference_name(cfg)
+    ref = {
+        "schema": "specrace.vllm_reference",
+        "mode": mode,
+        "vllm_version": version,
+        "async_scheduling": engine.async_scheduling,
+        "weights": engine.weights,
+        "config": cfg.to_dict(),
+        "requests": [
+            {
+                "req_id": f"{cfg.name}-{r['req_index']}",
+                "prompt_len": len(r["prompt_token_ids"]),
+                "output_len": r["max_tokens"],
+            }
+            for r in reqs
+        ],  # fmt: skip
+        "token_ids": tokens,
+    }
+    path = out / f"ref_{mode}_{name}.json"
+    path.write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+    return {"config": name, "file": path.name, **stats}
 
 
 def shutdown(llm: Any) -> None:
@@ -305,8 +369,12 @@ def run(
     k: int = 3,
     version: str = "",
     repeat_baseline: bool = False,
+    weights_name: str = "zero",
+    reference: bool = False,
 ) -> dict:
-    """Every mode x every configuration; one summary.json. Errors are recorded, not hidden."""
+    """Every mode x every configuration; one summary.json. Errors are recorded, not hidden.
+    With ``reference``, each mode's engine is followed by one with async scheduling off that
+    runs every configuration's requests once more (:func:`run_reference`)."""
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
     from gpu_check.vllm.instrument import calibrate_sleep
@@ -322,8 +390,9 @@ def run(
     summary["sleep_ns_per_cycle"] = ns_per_cycle
     for mode, configs in plan.items():
         engine = EngineConfig(
-            mamba_cache_mode=mode, num_speculative_tokens=k, max_num_seqs=capacity
-        )
+            mamba_cache_mode=mode, num_speculative_tokens=k, max_num_seqs=capacity,
+            weights=weights_name,
+        )  # fmt: skip
         entry: dict[str, Any] = {"engine": asdict(engine), "configs": []}
         summary["modes"][mode] = entry
         try:
@@ -343,7 +412,9 @@ def run(
         entry["warmup_s"] = round(time.time() - t, 1)
         for cfg in configs:
             try:
-                res = run_config(llm, cfg, mode, out, ns_per_cycle, version, repeat_baseline)
+                res = run_config(
+                    llm, cfg, mode, out, ns_per_cycle, version, repeat_baseline, weights_name
+                )
             except Exception as e:  # noqa: BLE001
                 summary["errors"].append(
                     {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}
@@ -355,14 +426,63 @@ def run(
             log(
                 f"{mode} {cfg.name}:",
                 json.dumps(
-                    {k: res[k] for k in ("baseline", "instrumented", "baseline_after") if k in res}
+                    {
+                        k: res[k]
+                        for k in ("baseline", "instrumented", "baseline_after", "acceptance")
+                        if k in res
+                    }  # fmt: skip
                 ),
             )
             _dump(summary, out)
         shutdown(llm)
+        if reference:
+            entry["reference"] = _reference_mode(engine, configs, mode, out, version, summary)
+            _dump(summary, out)
     summary["c_ops_calls"] = dict(c_ops.CALLS)
     _dump(summary, out)
     return summary
+
+
+def _reference_mode(
+    engine: EngineConfig,
+    configs: list[RunConfig],
+    mode: str,
+    out: Path,
+    version: str,
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    """The async-off arm of one mode: its own engine, every distinct workload once."""
+    ref_engine = replace(engine, async_scheduling=False)
+    entry: dict[str, Any] = {"engine": asdict(ref_engine), "configs": []}
+    try:
+        llm, info = build_llm(ref_engine, MODEL_DIR)
+    except Exception as e:  # noqa: BLE001
+        summary["errors"].append(
+            {"mode": mode, "stage": "LLM() async off", "error": repr(e)[:2000]}
+        )
+        log(f"{mode} reference: LLM() failed: {e!r}")
+        return entry
+    entry |= info
+    log(f"{mode} reference (async off): LLM ready in {info['init_s']} s",
+        json.dumps(info["resolved"]))  # fmt: skip
+    seen: set[str] = set()
+    for cfg in configs:
+        if reference_name(cfg) in seen:
+            continue
+        seen.add(reference_name(cfg))
+        try:
+            res = run_reference(llm, replace(cfg, patch="none", rep=0), mode, out, version,
+                                ref_engine)  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            summary["errors"].append(
+                {"mode": mode, "config": cfg.name, "stage": "reference", "error": repr(e)[:2000]}
+            )
+            log(f"{mode} {cfg.name} reference: failed: {e!r}")
+            break
+        entry["configs"].append(res)
+        log(f"{mode} {cfg.name} reference:", json.dumps(res))
+    shutdown(llm)
+    return entry
 
 
 def _dump(summary: dict, out: Path) -> None:
@@ -416,6 +536,7 @@ def main_run(args: Any) -> int:
         plan = with_patches(
             parse_plan(args.modes, args.configs, base), patch_names(args.patch), args.arm_repeats
         )
+        weights.check_variant(getattr(args, "weights", "zero"))
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
@@ -427,6 +548,8 @@ def main_run(args: Any) -> int:
         return 2
     log("vLLM", version)
     summary = run(
-        plan, Path(args.out), k=args.k, version=version, repeat_baseline=args.repeat_baseline
-    )
+        plan, Path(args.out), k=args.k, version=version, repeat_baseline=args.repeat_baseline,
+        weights_name=getattr(args, "weights", "zero"),
+        reference=getattr(args, "reference", "none") == "async-off",
+    )  # fmt: skip
     return 1 if summary["errors"] else 0
