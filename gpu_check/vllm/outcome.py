@@ -113,8 +113,12 @@ def judge(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, Any]:
 def run_folder(roots: list[Path], vllm: str, mode: str, config: str, run: str = "") -> Path:
     """The exported configuration under one of ``roots``; a grid prediction names its run
     (``vllm-plan --grid``): then only a root of that name, or that folder under a root."""
-    if run:
-        roots = [r for r in roots if r.name == run] + [r / run for r in roots if (r / run).is_dir()]
+    if run:  # vllm-run --out RUNS/<run>, exported in place: RUNS/<run>/<mode>_<config>/
+        runs = [r for r in roots if r.name == run] + [r / run for r in roots if (r / run).is_dir()]
+        for folder in (d / f"{mode}_{config}" for d in runs):
+            if (folder / "export.json").is_file():
+                return folder
+        roots = runs
     for root in roots:
         folder = root / f"v{vllm}" / f"{mode}_{config}"
         if (folder / "export.json").is_file():
