@@ -164,8 +164,12 @@ def build_parser(
     pl = sub.add_parser(
         "vllm-plan", help="what sim predicts for a vllm-run, written before it runs"
     )
-    pl.add_argument("--vllm", required=True, help="comma list of releases (0.23.0,0.24.0)")
+    pl.add_argument("--vllm", default="", help="comma list of releases (0.23.0,0.24.0)")
     _vllm_workload_args(pl)
+    pl.add_argument(
+        "--grid", default="",
+        help="TOML file of [[run]] tables, one vllm-run invocation each (instead of --vllm)",
+    )  # fmt: skip
     pl.add_argument("--seeds", type=_count(100), default=3, help="sim seeds per configuration")
     pl.add_argument("--out", required=True, help="folder for predictions.json")
     add_format_arg(pl, "the predictions, one per configuration")
@@ -484,11 +488,19 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
     import shlex
     from pathlib import Path
 
-    from gpu_check.vllm.plan import arms_from_args, plan, summary_text
+    from gpu_check.vllm.plan import arms_from_args, arms_from_grid, plan, summary_text
 
-    arms = _check_input(arms_from_args, args)
     command = "python -m gpu_check " + shlex.join(args.argv)
-    doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
+    if args.grid:
+        if args.vllm:
+            raise UsageError("--grid and --vllm: give one")
+        arms, runs = _check_input(arms_from_grid, Path(args.grid))
+        doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k, runs)
+    else:
+        if not args.vllm:
+            raise UsageError("vllm-plan needs --vllm or --grid")
+        arms = _check_input(arms_from_args, args)
+        doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
     return render(args.table_format, doc["configs"], lambda: summary_text(doc))
 
 

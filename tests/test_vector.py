@@ -107,6 +107,14 @@ def timing_points(draw, base: TimingParams) -> list[TimingParams]:
     points = []
     for _ in range(draw(st.integers(1, 4))):
         t = draw_timing(base, draw(st.integers(0, 10_000)))
+        if draw(st.booleans()):  # vllm-forward's timing: slow phases, GPU jitter, prefill mode
+            t = replace(
+                t,
+                worker_slow_prob=draw(st.sampled_from([0.0, 0.25, 1.0])),
+                worker_slow_factor=draw(st.sampled_from([0.5, 1.0, 1.49])),
+                gpu_jitter_frac=draw(st.sampled_from([-1.0, 0.0, 0.04])),
+                worker_sample_tokens_ns_prefill=draw(st.sampled_from([0, 4_650_000])),
+            )
         if draw(st.booleans()):  # ties: no jitter, round numbers, the landing on a row op
             step = draw(st.sampled_from([1_000, 10_000]))
             t = replace(
@@ -169,6 +177,18 @@ def test_tiers_identical_on_minimal_race(delay_ns: int) -> None:
     """§9 by hand, jitter off: 20 us lands inside the race window, 9/29 us near its edges."""
     t = replace(MINIMAL.timing, dma_land_delay_ns=delay_ns)
     check_all_policies(MINIMAL, 0, MINIMAL.default_steps, [t, MINIMAL.timing])
+
+
+@pytest.mark.parametrize("slow_prob", [0.0, 0.3])
+def test_tiers_identical_with_the_records_timing(slow_prob: float) -> None:
+    """The parameters vllm-forward calibrates from vLLM's records: slow host phases, the GPU's
+    own jitter, sample_tokens' prefill mode; two points that differ in all of them."""
+    t = replace(
+        BASE.timing, worker_slow_prob=slow_prob, worker_slow_factor=1.49, gpu_jitter_frac=0.04,
+        worker_sample_tokens_ns_prefill=4_650_000, jitter_frac=0.06,
+    )  # fmt: skip
+    other = replace(t, worker_slow_prob=0.5, worker_slow_factor=0.8, gpu_jitter_frac=-1.0)
+    check_all_policies(BASE, 3, 80, [t, other])
 
 
 def test_tiers_identical_on_qwen35_default_and_swarm() -> None:

@@ -26,6 +26,9 @@ from sim.model.params import (
 )
 
 GPU_BOUND_ENTRY_FRACTION = 0.1  # configs whose copy landed at _update_states in < 10 % of steps
+MIN_MODE_STEPS = 10  # steps of one batch shape a spread is read from
+SLOW_FACTOR = 1.25  # a step whose host span is > 1.25 x its batch shape's median: a slow phase
+PCTS = (5, 25, 50, 75, 95)
 STALL_FACTOR = 1.5
 MEASURED_ON_H200 = ("dma_land_delay_ns", "worker_event_sync_ns", "worker_copy_to_gpu_ns")
 PRIORS = ("gpu_prep_ns", "gpu_sample_ns", "gpu_drafter_ns")
@@ -88,6 +91,7 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
         s, prev = steps[n], steps[n - 1]
         ops = s["ops"]
         new = {x[0] for x in s["new"]}
+        prefill = any(c < p for c, p in zip(s["num_computed"], s["num_prompt"], strict=True))
         n_cached = len(s["req_ids"]) - len(new) - len(s.get("resumed", []))
         rows.append(
             {
@@ -102,6 +106,7 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
                 "d2h_to_update_ns": int(s["t_us_start"] - prev["t_d2h_issued"]),
                 "interval_ns": int(s["t_enter"] - prev["t_enter"]),
                 "entry": bool(s.get("landed_at_update_states")),
+                "prefill": prefill,
             }
         )
     return pd.DataFrame(rows)
@@ -133,6 +138,8 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
     """The calibrated timing of every (release, mode, max_num_seqs) group and the GPU line."""
     raws = {c.folder: load_raw(c.raw_path) for c in configs}
     spans = {c.folder: step_spans(raws[c.folder]) for c in configs}
+    _host_factor(configs, spans)
+    phases = _slow_phases(configs, spans)
     measured = timing_file_overrides(["h200"]).items()
     h200 = {k.split(".", 1)[1]: int(json.loads(v)) for k, v in measured}
     prior = TimingParams()
@@ -140,13 +147,75 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
     for group in sorted({c.group for c in configs}):
         base = [c for c in configs if c.group == group and c.gpu_delay_us == 0]
         if base:
-            groups[group_name(group)] = _host(base, raws, spans, h200, prior)
+            slow = phases[group[0]]["timing"]["worker_slow_factor"]
+            groups[group_name(group)] = _host(base, raws, spans, h200, prior, slow)
+            groups[group_name(group)]["timing"].update(phases[group[0]]["timing"])
     gpu = _gpu_line(configs, spans, prior, groups)
     for g in groups.values():
         g["timing"]["gpu_forward_ns_base"] = gpu["gpu_forward_ns_base"]
         g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
+        g["timing"]["gpu_jitter_frac"] = gpu["gpu_jitter_frac"]
         g["timing"] = dict(sorted(g["timing"].items()))
-    return {"gpu": gpu, "groups": groups}
+    return {"gpu": gpu, "host_phases": phases, "groups": groups}
+
+
+def _pure_host(c: Measured) -> bool:
+    """Whether the sample_tokens span of ``c`` is host work only: align waits for the copy
+    before it (in _prepare_inputs), so at any delay; none's sampler syncs, so only at 0."""
+    return c.mode == "align" or c.gpu_delay_us == 0
+
+
+def _host_factor(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> None:
+    """Per step, ``host_factor``: its sample_tokens span over the median span of its batch
+    shape (prefill or not, full batch or not) in its (release, mode, seqs) group, over the
+    group's runs where that span is host work only (:func:`_pure_host`); NaN elsewhere."""
+    for group in {c.group for c in configs}:
+        mine = [c for c in configs if c.group == group and _pure_host(c)]
+        for c in configs:
+            if c.group == group:
+                spans[c.folder]["full"] = spans[c.folder]["num_reqs"] == c.max_num_seqs
+                spans[c.folder]["host_factor"] = np.nan
+        if not mine:
+            continue
+        pool = pd.concat([spans[c.folder] for c in mine], ignore_index=True)
+        ref = pool.groupby(["prefill", "full"])["launch_to_d2h_ns"].median()
+        for c in mine:
+            t = spans[c.folder]
+            med = ref.loc[list(zip(t["prefill"], t["full"], strict=True))].to_numpy(np.float64)
+            t["host_factor"] = t["launch_to_d2h_ns"].to_numpy(np.float64) / med
+
+
+def _slow_phases(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> dict[str, Any]:
+    """Per release, the host's slow phases. A step is slow when its host-only span is more
+    than SLOW_FACTOR x its batch shape's median. The share of slow steps is a property of
+    the run, not of the step (0.24.0: 0 in 7 of 32 configurations, up to 1.0 in two; the
+    phases last tens of steps), so the prediction takes the typical configuration's: the
+    median over the release's configurations of their share; the factor is the median slow
+    step's over the median of the rest, pooled."""
+    out = {}
+    for vllm in sorted({c.vllm for c in configs}):
+        per = [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
+        per = [f[np.isfinite(f)] for f in per]
+        per = [f for f in per if f.size]
+        shares = [float((f > SLOW_FACTOR).mean()) for f in per]
+        f = np.concatenate(per) if per else np.zeros(0)
+        slow = f > SLOW_FACTOR
+        prob = float(np.median(shares)) if shares else 0.0
+        factor = float(np.median(f[slow]) / np.median(f[~slow])) if slow.any() else 1.0
+        out[vllm] = {
+            "configs": len(per),
+            "steps": int(f.size),
+            "slow_share_per_config": sorted(round(x, 3) for x in shares),
+            "host_factor_percentiles": {
+                str(q): round(float(v), 3)
+                for q, v in zip(PCTS, np.percentile(f, PCTS), strict=True)
+            },
+            "timing": {
+                "worker_slow_prob": round(prob, 4),
+                "worker_slow_factor": round(factor, 4),
+            },
+        }
+    return out
 
 
 def _gpu_line(
@@ -190,8 +259,21 @@ def _gpu_line(
     per_token = (gpu_ns[hi] - gpu_ns[lo]) / (tokens[hi] - tokens[lo])
     # the drafter runs while the host prepares the next step (gap > drafter): not in the line
     fwd_base = gpu_ns[lo] - per_token * tokens[lo] - prior.gpu_prep_ns - prior.gpu_sample_ns
+    spread = []
+    for c in bound:  # one batch shape: full decode-only steps (the prefill ones add tokens)
+        one = spans[c.folder]
+        full = one["num_reqs"] == c.max_num_seqs
+        iv = one.loc[full & ~one["prefill"], "interval_ns"]
+        if len(iv) < MIN_MODE_STEPS:  # 64 seqs: few full steps, nearly all with a prefill
+            iv = one.loc[full, "interval_ns"]
+        if len(iv) >= MIN_MODE_STEPS:
+            p10_, p50_, p90_ = np.percentile(iv, [10, 50, 90])
+            spread.append((p90_ - p10_) / (1.6 * p50_))
     return {
         "configs": [f"{c.run}/{c.folder.name}" for c in bound],
+        # the tightest GPU-bound run bounds the GPU's own spread (elsewhere the host's slow
+        # phases reach past the GPU step and widen the interval: 16 seqs, 0.18-0.21)
+        "gpu_jitter_frac": round(min(float(np.min(spread)), 0.9), 4) if spread else -1.0,
         "slope": round(slope, 4),
         "intercept_ns": {str(s): int(round(v)) for s, v in intercepts.items()},
         "host_gap_ns": {str(s): int(v) for s, v in gap.items()},
@@ -208,6 +290,7 @@ def _host(
     spans: dict[Path, pd.DataFrame],
     h200: dict[str, int],
     prior: TimingParams,
+    slow_factor: float = 1.0,
 ) -> dict[str, Any]:
     ops: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
     for c in base:
@@ -219,14 +302,20 @@ def _host(
     prepare = 2 * _median(t["prepare_1_ns"])
     calm = t[t["entry"]]
     launch = _median(calm["prepare_inputs_ns"]) - prepare // 2 - h200["worker_copy_to_gpu_ns"]
+    # sample_tokens' host span has two modes: decode-only steps and steps with a prefill chunk
+    decode = _median(calm.loc[~calm["prefill"], "launch_to_d2h_ns"])
+    prefill_extra = max(_median(calm.loc[calm["prefill"], "launch_to_d2h_ns"]) - decode, 0)
     jitter, stall_prob, stall_ns = [], [], []
     for c in base:  # spread and stalls within one pass: one process's host speed
         one = spans[c.folder]
-        full = one["entry"] & (one["num_reqs"] == c.max_num_seqs)  # one mode of a bimodal span
-        p10_, p50_, p90_ = np.percentile(one.loc[full, "launch_to_d2h_ns"], [10, 50, 90])
+        # one mode of the bimodal span, outside the slow phases (their own parameters)
+        mode = one["entry"] & ~one["prefill"] & ~(one["host_factor"] > SLOW_FACTOR)
+        full = mode & (one["num_reqs"] == c.max_num_seqs)
+        sel = full if full.sum() >= MIN_MODE_STEPS else mode
+        p10_, p50_, p90_ = np.percentile(one.loc[sel, "launch_to_d2h_ns"], [10, 50, 90])
         jitter.append((p90_ - p10_) / (1.6 * p50_))
         iv = one["interval_ns"].to_numpy(np.float64)
-        long = iv[iv > STALL_FACTOR * np.median(iv)]
+        long = iv[iv > STALL_FACTOR * slow_factor * np.median(iv)]  # past a slow phase
         stall_prob.append(len(long) / len(iv))
         stall_ns.append(float(np.median(long - np.median(iv))) if len(long) else 0.0)
     timing = {
@@ -238,7 +327,8 @@ def _host(
         "worker_refresh_metadata_ns": max(int(round(intercept)), 0),
         "worker_prepare_inputs_ns": prepare,
         "worker_launch_ns": max(launch, 0),
-        "worker_sample_tokens_ns": _median(calm["launch_to_d2h_ns"]),
+        "worker_sample_tokens_ns": decode,
+        "worker_sample_tokens_ns_prefill": prefill_extra,
         "worker_rpc_dispatch_ns": _median(calm["d2h_to_update_ns"]),
         "jitter_frac": round(min(float(np.median(jitter)), 0.9), 4),
         "worker_stall_prob": round(float(np.median(stall_prob)), 4),
@@ -261,6 +351,57 @@ def group_name(group: tuple[str, str, int]) -> str:
     return f"{group[0]}-{group[1]}-s{group[2]}"
 
 
+MAX_EXTRAPOLATED_SEQS = 64
+
+
+def group_timing(cal: dict[str, Any], vllm: str, mode: str, seqs: int) -> dict[str, int]:
+    """The calibrated timing of (release, mode, ``max_num_seqs``), for a concurrency no run
+    measured too: every host cost linear in ``max_num_seqs`` between the release's two
+    measured concurrencies of that mode (16 and 64), or, where the release measured only one
+    (0.33.0: 16), that one plus the per-sequence slope of the release that measured two
+    (0.24.0, the same mode). Counts and probabilities are not interpolated; nothing past
+    64 sequences is extrapolated."""
+    groups = cal["groups"]
+    name = group_name((vllm, mode, seqs))
+    if name in groups:
+        return dict(groups[name]["timing"])
+    if not 0 < seqs <= MAX_EXTRAPOLATED_SEQS:
+        raise SpecraceError(f"{name}: no calibration past {MAX_EXTRAPOLATED_SEQS} sequences")
+
+    def measured(release: str) -> list[int]:
+        pre = f"{release}-{mode}-s"
+        return sorted(int(g[len(pre) :]) for g in groups if g.startswith(pre))
+
+    own = measured(vllm)
+    if not own:
+        raise SpecraceError(f"{name}: no calibration of vLLM {vllm} {mode}")
+    slope_from = (
+        vllm
+        if len(own) >= 2
+        else next(
+            (r for r in sorted({g.split("-")[0] for g in groups}) if len(measured(r)) >= 2), None
+        )
+    )
+    if slope_from is None:
+        raise SpecraceError(f"{name}: no release measured two concurrencies of {mode}")
+    lo_s, hi_s = measured(slope_from)[0], measured(slope_from)[-1]
+    lo = groups[group_name((slope_from, mode, lo_s))]["timing"]
+    hi = groups[group_name((slope_from, mode, hi_s))]["timing"]
+    near = min(own, key=lambda s_: abs(s_ - seqs))
+    base = groups[group_name((vllm, mode, near))]["timing"]
+    out = {}
+    for k, v in base.items():
+        if k in NOT_INTERPOLATED or not isinstance(v, int):
+            out[k] = v
+            continue
+        slope = (hi[k] - lo[k]) / (hi_s - lo_s)
+        out[k] = max(int(round(v + slope * (seqs - near))), 0)
+    return out
+
+
+NOT_INTERPOLATED = ("worker_stall_prob", "jitter_frac")
+
+
 SOURCES = {
     "worker_remove_ns": "median span of remove_request",
     "worker_add_ns": "median span of add_request",
@@ -271,15 +412,24 @@ SOURCES = {
     "worker_prepare_inputs_ns": "2 x median(_update_states end -> _prepare_inputs start)",
     "worker_launch_ns": "median(_prepare_inputs) - prepare/2 - copy_to_gpu (landed at entry)",
     "worker_sample_tokens_ns": (
-        "median(_prepare_inputs end -> counts D2H issued) (landed at entry): eager forward "
-        "launch + sampler, the GPU forward runs meanwhile"
+        "median(_prepare_inputs end -> counts D2H issued) (landed at entry, decode-only "
+        "steps): eager forward launch + sampler, the GPU forward runs meanwhile"
     ),
+    "worker_sample_tokens_ns_prefill": "the same on steps with a prefill chunk, less that",
     "worker_rpc_dispatch_ns": (
         "median(counts D2H issued -> next _update_states) (steps landed at entry): "
         "drafter launch + engine core, one thread"
     ),
-    "jitter_frac": "(p90 - p10) / (1.6 median) of that span, full-batch steps",
-    "worker_stall_prob": "share of step intervals > 1.5 x median (median over configs)",
+    "jitter_frac": "(p90 - p10) / (1.6 median) of that span, full decode-only steps",
+    "gpu_jitter_frac": "the same of the step interval, tightest GPU-bound align run",
+    "worker_stall_prob": (
+        "share of step intervals > 1.5 x worker_slow_factor x median (median over configs)"
+    ),
+    "worker_slow_prob": (
+        "median over the release's host-only runs of the share of steps whose sample_tokens "
+        "span is > 1.25 x its batch shape's median"
+    ),
+    "worker_slow_factor": "median factor of those over the median of the rest",
     "worker_stall_ns": "median excess of those over the median",
     "gpu_forward_ns_base": "GPU line at delay 0 less the host gap and the prep/sample priors",
     "gpu_forward_ns_per_token": "GPU line: intercept difference / token difference",
@@ -297,6 +447,10 @@ def timing_toml(cal: dict[str, Any], name: str) -> str:
         f"# GPU line from {len(gpu['configs'])} GPU-bound configs: step = {gpu['slope']} x delay"
         f" + {gpu['intercept_ns']} ns;",
         "# a config with GPU delay D adds slope x D to gpu_forward_ns_base (this file: D = 0).",
+        f"# Slow host phases (worker_slow_*) from every host-only run of vLLM {vllm} "
+        f"({cal['host_phases'][vllm]['configs']} configs, {cal['host_phases'][vllm]['steps']} "
+        "steps;",
+        "# summary.json calibration.host_phases); gpu_jitter_frac from the tightest GPU-bound run.",
         f"# Measured on the H200 (built-in `h200`): {', '.join(MEASURED_ON_H200)}.",
         f"# Priors (sim defaults, not separable here): {', '.join(PRIORS)}.",
         f"# Zero (in the worker's spans, in-process engine): {', '.join(ZEROED)}.",

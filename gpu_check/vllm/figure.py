@@ -118,3 +118,60 @@ def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | 
     fig = wrong_read_figure(load_raw(raw_path), read)
     atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
     return read
+
+
+LANDING_COLORS = {"entry": "#4c72b0", "between": "#dd8452", "after": "#55a868", "waited": "#8c8c8c"}
+
+
+def forward_figure(df: pd.DataFrame, title: str = ""):
+    """``vllm-forward``'s table as a figure: left, predicted against observed wrong-read rate
+    with both Wilson 95 % intervals on log axes (a zero drawn at the axis floor), coloured by
+    whether the configuration meets the whole criterion; right, the landing mix per
+    configuration, observed (left bar) and predicted (right bar) side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    floor = 1e-5
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(16, 7.5), gridspec_kw={"width_ratios": [1, 2.2]})
+    for ok, color, label in ((True, "#55a868", "meets all"), (False, "#c44e52", "misses")):
+        d = df[df["meets_all"] == ok]
+        x = np.maximum(d["rate_observed"], floor)
+        y = np.maximum(d["rate_predicted"], floor)
+        xerr = [x - np.maximum(d["rate_observed_lo"], floor), d["rate_observed_hi"] - x]
+        yerr = [y - np.maximum(d["rate_predicted_lo"], floor), d["rate_predicted_hi"] - y]
+        ax.errorbar(x, y, xerr=np.clip(xerr, 0, None), yerr=np.clip(yerr, 0, None), fmt="o",
+                    ms=4, color=color, ecolor=color, alpha=0.8, elinewidth=0.8,
+                    label=f"{label} ({len(d)})")  # fmt: skip
+    ax.plot([floor, 0.1], [floor, 0.1], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlim=(floor / 2, 0.1), ylim=(floor / 2, 0.1),
+           xlabel="observed wrong-read rate [95 % CI]",
+           ylabel="predicted wrong-read rate [95 % CI]")  # fmt: skip
+    ax.set_title(f"rate (zero at {floor:g})", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    n = len(df)
+    pos = np.arange(n)
+    for side, off in (("observed", -0.2), ("predicted", 0.2)):
+        bottom = np.zeros(n)
+        for k, color in LANDING_COLORS.items():
+            v = df[f"{k}_{side}"].to_numpy(dtype=float)
+            bx.bar(pos + off, v, 0.38, bottom=bottom, color=color,
+                   alpha=1.0 if side == "observed" else 0.6,
+                   label=f"{k}" if side == "observed" else None)  # fmt: skip
+            bottom += v
+    labels = [
+        f"{r.vllm} {r.mode} s{r.max_num_seqs} d{r.gpu_delay_ms:g}"
+        + ("" if r.run.count("-") == 0 else f" ({r.run.split('-', 1)[1]})")
+        + ("" if r.landing_ok else " ✗")
+        for r in df.itertuples(index=False)
+    ]
+    bx.set_xticks(pos, labels, rotation=90, fontsize=6)
+    bx.set(ylim=(0, 1), ylabel="share of steps", xlim=(-0.7, n - 0.3))
+    bx.set_title("landing mix: observed (left, solid) | predicted (right, pale); ✗: TV > 0.10",
+                 fontsize=9)  # fmt: skip
+    bx.legend(fontsize=8, ncol=4, loc="lower left", framealpha=0.9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -4,8 +4,12 @@ observed one.
 Unlike :mod:`gpu_check.vllm.agreement` (which replays vLLM's own schedule with the measured
 landing of every step), nothing per step is taken from the measurement: the schedule is sim's,
 the timing one calibrated set per group (:mod:`gpu_check.vllm.calibrate`), and the landing of
-every copy whatever the SimPy model makes of them. A configuration *agrees* when the observed
-and predicted rates' Wilson 95 % intervals overlap. docs/forward-prediction.md has the details.
+every copy whatever the SimPy model makes of them. Each configuration is judged by the strict
+criterion of the pre-registered runs, :func:`gpu_check.vllm.outcome.judge` (rate inside the
+observed 95 % interval and within 25 % where >= 20 wrong reads were seen; median step within
+10 %; landing mix within total-variation 0.10): ``meets_all``. ``agrees`` (the two rates'
+Wilson 95 % intervals overlap) is the older, looser test, kept beside it.
+docs/forward-prediction.md has the details.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from gpu_check.vllm.calibrate import (
     calibrate,
     find_configs,
     group_name,
+    group_timing,
     timing_toml,
 )
 from gpu_check.vllm.config import RunConfig, workload
@@ -55,15 +60,16 @@ TABLE_COLUMNS = [
     "entry_observed", "between_observed", "after_observed", "waited_observed",
     "entry_predicted", "between_predicted", "after_predicted", "waited_predicted",
     "step_ms_observed", "step_ms_predicted",
+    "rate_ok", "rate_rel_error", "step_ok", "step_rel_error", "landing_ok", "landing_tv",
+    "meets_all",
 ]  # fmt: skip
+LANDING = ("entry", "between", "after", "waited")
 
 
 def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = None) -> Scenario:
     """The configuration as a sim scenario: engine, the measured requests, the group's timing
     with the configuration's GPU delay."""
     name = group_name(c.group)
-    if name not in cal["groups"]:
-        raise SpecraceError(f"{c.folder}: no calibration for {name} (needs a delay-0 run)")
     k = int(raw["num_speculative_tokens"]) if raw is not None else 3
     # the generator's settings of the run (every committed run: RunConfig's defaults, seed 0)
     known = {f.name for f in fields(RunConfig)} - {"max_num_seqs", "gpu_delay_us", "label"}
@@ -85,7 +91,7 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
         )
         for r in reqs
     )  # fmt: skip
-    timing = dict(cal["groups"][name]["timing"])
+    timing = group_timing(cal, c.vllm, c.mode, c.max_num_seqs)
     timing["gpu_forward_ns_base"] = int(
         round(timing["gpu_forward_ns_base"] + cal["gpu"]["slope"] * c.gpu_delay_us * 1e3)
     )
@@ -203,34 +209,42 @@ def _r(x: float) -> float:
 
 
 def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
+    from gpu_check.vllm.outcome import judge, observed  # outcome imports this module
+
     raw = load_raw(c.raw_path)
     sc = scenario_for(c, cal, raw)
     sched = forward_schedule(sc)
     policy = policy_for(c.mode, c.vllm)
     per = [simulate_seed(sched, sc, policy, s) for s in range(seeds)]
-    obs = pd.read_parquet(c.folder / "observed_vllm.parquet")
-    n_obs, w_obs = int(len(obs)), int(obs["wrong"].sum())
+    obs = observed(c.folder)
+    n_obs, w_obs = obs["reads"], obs["wrong"]
     n_pred, w_pred = sum(p["reads"] for p in per), sum(p["wrong"] for p in per)
-    olo, ohi = wilson(w_obs, n_obs)
+    olo, ohi = obs["rate_ci95"]
     plo, phi = wilson(w_pred, n_pred)
     steps = sum(p["steps"] for p in per)
-    reg = observed_regime(c)
+    pred = {
+        "rate": w_pred / n_pred,
+        "step_ms": round(float(np.median([p["step_ns_median"] for p in per])) / 1e6, 3),
+        "landing": {k: round(sum(p[k] for p in per) / steps, 4) for k in LANDING},
+    }
+    verdict = judge(pred, obs)
     row = {
         "vllm": c.vllm, "run": c.run, "mode": c.mode, "max_num_seqs": c.max_num_seqs,
         "gpu_delay_ms": c.gpu_delay_us / 1000, "policy": policy.name,
         "reads_observed": n_obs, "wrong_observed": w_obs, "rate_observed": _r(w_obs / n_obs),
         "rate_observed_lo": _r(olo), "rate_observed_hi": _r(ohi),
         "seeds": seeds, "reads_predicted": n_pred, "wrong_predicted": w_pred,
-        "rate_predicted": _r(w_pred / n_pred), "rate_predicted_lo": _r(plo),
+        "rate_predicted": _r(pred["rate"]), "rate_predicted_lo": _r(plo),
         "rate_predicted_hi": _r(phi),
         "wrong_per_seed_min": min(p["wrong"] for p in per),
         "wrong_per_seed_max": max(p["wrong"] for p in per),
         "agrees": bool(olo <= phi and plo <= ohi),
-        **{f"{k}_observed": reg[k] for k in ("entry", "between", "after", "waited")},
-        **{f"{k}_predicted": round(sum(p[k] for p in per) / steps, 4)
-           for k in ("entry", "between", "after", "waited")},
-        "step_ms_observed": reg["step_ms"],
-        "step_ms_predicted": round(float(np.mean([p["step_ns"] for p in per])) / 1e6, 3),
+        **{f"{k}_observed": obs["landing"][k] for k in LANDING},
+        **{f"{k}_predicted": pred["landing"][k] for k in LANDING},
+        "step_ms_observed": obs["step_ms"],
+        "step_ms_predicted": pred["step_ms"],
+        **{k: verdict[k] for k in ("rate_ok", "rate_rel_error", "step_ok", "step_rel_error",
+                                   "landing_ok", "landing_tv", "meets_all")},
     }  # fmt: skip
     return row
 
@@ -245,13 +259,18 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}"
 
 
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
 def table_markdown(df: pd.DataFrame) -> str:
     """Per configuration: observed and predicted rate with their 95 % intervals (%)."""
     head = (
         "| vLLM | run | mode | seqs | delay ms | observed wrong/reads | observed % [95 % CI] "
         "| predicted wrong/reads (seeds) | predicted % [95 % CI] | agrees | landed entry / "
-        "between / after / waited, observed | predicted | step ms obs / pred |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "between / after / waited, observed | predicted | step ms obs / pred | rate ok | step ok "
+        "| landing TV | meets all |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for r in df.itertuples(index=False):
@@ -266,21 +285,43 @@ def table_markdown(df: pd.DataFrame) -> str:
             f"| {r.entry_observed:.2f} / {r.between_observed:.2f} / {r.after_observed:.2f} / "
             f"{r.waited_observed:.2f} | {r.entry_predicted:.2f} / {r.between_predicted:.2f} / "
             f"{r.after_predicted:.2f} / {r.waited_predicted:.2f} "
-            f"| {r.step_ms_observed:.1f} / {r.step_ms_predicted:.1f} |"
+            f"| {r.step_ms_observed:.1f} / {r.step_ms_predicted:.1f} "
+            f"| {_yes(r.rate_ok)} | {_yes(r.step_ok)} ({100 * r.step_rel_error:.0f} %) "
+            f"| {r.landing_tv:.2f}{'' if r.landing_ok else ' **miss**'} | {_yes(r.meets_all)} |"
         )
     return "\n".join(lines) + "\n"
 
 
+def _key(r: Any) -> str:
+    return f"{r.run}/{r.mode}_s{r.max_num_seqs}_d{r.gpu_delay_ms:g}ms"
+
+
 def summary(df: pd.DataFrame, cal: dict[str, Any]) -> dict[str, Any]:
+    from gpu_check.vllm.outcome import LANDING_TV, RATE_MIN_WRONG, RATE_REL, STEP_REL
+
+    n = int(len(df))
     bad = df[~df["agrees"]]
     return {
-        "configs": int(len(df)),
+        "configs": n,
+        "meets_all": int(df["meets_all"].sum()),
+        "meets_all_fraction": round(float(df["meets_all"].sum()) / n, 4) if n else 0.0,
+        "rate_ok": int(df["rate_ok"].sum()),
+        "step_ok": int(df["step_ok"].sum()),
+        "landing_ok": int(df["landing_ok"].sum()),
+        "misses": {
+            _key(r): [p for p in ("rate", "step", "landing") if not getattr(r, f"{p}_ok")]
+            for r in df[~df["meets_all"]].itertuples(index=False)
+        },
+        "criterion": {
+            "rate_rel": RATE_REL,
+            "rate_min_wrong": RATE_MIN_WRONG,
+            "step_rel": STEP_REL,
+            "landing_tv": LANDING_TV,
+            "code": "gpu_check.vllm.outcome.judge",
+        },  # fmt: skip
         "agree": int(df["agrees"].sum()),
-        "disagree": [
-            f"{r.run}/{r.mode}_s{r.max_num_seqs}_d{r.gpu_delay_ms:g}ms"
-            for r in bad.itertuples(index=False)
-        ],  # fmt: skip
-        "criterion": "Wilson 95 % intervals of observed and predicted rate overlap",
+        "disagree": [_key(r) for r in bad.itertuples(index=False)],
+        "agree_criterion": "Wilson 95 % intervals of observed and predicted rate overlap",
         "seeds": int(df["seeds"].max()) if len(df) else 0,
         "calibration": cal,
     }
@@ -301,11 +342,29 @@ def run_forward(root: Path, out: Path, seeds: int = SEEDS) -> dict[str, Any]:
     atomic_write_text(out / "forward.csv", df.to_csv(index=False, lineterminator="\n"))
     atomic_write_text(out / "forward.md", table_markdown(df))
     rep = summary(df, cal)
+    write_figure(df, rep, out / "forward.png")
     write_json(out / "summary.json", rep)
     return rep
 
 
+def write_figure(df: pd.DataFrame, rep: dict[str, Any], path: Path) -> None:
+    from gpu_check.vllm.figure import forward_figure
+
+    n = rep["configs"]
+    fig = forward_figure(
+        df,
+        f"vllm-forward: meets_all {rep['meets_all']}/{n}; rate {rep['rate_ok']}/{n}, "
+        f"step time {rep['step_ok']}/{n}, landing {rep['landing_ok']}/{n}",
+    )
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+
+
 def summary_text(rep: dict[str, Any]) -> str:
-    lines = [f"{rep['agree']}/{rep['configs']} configurations agree ({rep['criterion']})"]
-    lines += [f"disagrees: {d}" for d in rep["disagree"]]
+    n = rep["configs"]
+    lines = [
+        f"meets_all {rep['meets_all']}/{n} ({rep['meets_all_fraction']:.2f}): rate "
+        f"{rep['rate_ok']}/{n}, step time {rep['step_ok']}/{n}, landing {rep['landing_ok']}/{n}",
+        f"{rep['agree']}/{n} configurations agree ({rep['agree_criterion']})",
+    ]
+    lines += [f"misses: {k} ({', '.join(v)})" for k, v in rep["misses"].items()]
     return "\n".join(lines)

@@ -117,7 +117,15 @@ def judge(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_folder(roots: list[Path], vllm: str, mode: str, config: str) -> Path:
+def run_folder(roots: list[Path], vllm: str, mode: str, config: str, run: str = "") -> Path:
+    """The exported configuration under one of ``roots``; a grid prediction names its run
+    (``vllm-plan --grid``): then only a root of that name, or that folder under a root."""
+    if run:  # vllm-run --out RUNS/<run>, exported in place: RUNS/<run>/<mode>_<config>/
+        runs = [r for r in roots if r.name == run] + [r / run for r in roots if (r / run).is_dir()]
+        for folder in (d / f"{mode}_{config}" for d in runs):
+            if (folder / "export.json").is_file():
+                return folder
+        roots = runs
     for root in roots:
         folder = root / f"v{vllm}" / f"{mode}_{config}"
         if (folder / "export.json").is_file():
@@ -133,7 +141,7 @@ def outcome(prereg: Path, roots: list[Path]) -> dict[str, Any]:
         raise SpecraceError(f"{prereg}/predictions.json: not written by gpu_check vllm-plan")
     rows = []
     for p in preds["configs"]:
-        folder = run_folder(roots, p["vllm"], p["mode"], p["config"])
+        folder = run_folder(roots, p["vllm"], p["mode"], p["config"], p.get("run", ""))
         obs = observed(folder)
         summary = _json(folder.parent / "summary.json")
         rows.append(

@@ -10,6 +10,16 @@ the outcome goes beside it (``outcome.json``). The model is run forward exactly 
 the committed calibration (``data/vllm/forward/summary.json``) for the (release, mode,
 ``max_num_seqs``) group, seeds 0..N-1 drawing jitter and stalls. A patch arm is predicted with
 the sim policy its fix implements (:data:`gpu_check.vllm.patches.PATCHES`).
+
+``--grid FILE`` predicts several ``vllm-run`` invocations at once (releases, k, arrivals
+differ between them): a TOML file of ``[[run]]`` tables, each one invocation's arguments
+(``name``, its ``--out`` folder; ``vllm``, ``k``, ``modes``, ``configs``, and optionally
+``arrivals``, ``arrival_every``, ``num_requests``, ``seed``, ``output_range``, ``patch``).
+``predictions.json`` then lists each invocation's exact ``vllm-run`` command, and every
+configuration names its run (``run``) so ``vllm-outcome`` finds it even where two runs share a
+configuration name. Each configuration says whether any committed run under data/vllm
+already measured it (``never_run``). A concurrency without a calibration group is
+interpolated (:func:`gpu_check.vllm.calibrate.group_timing`).
 """
 
 from __future__ import annotations
@@ -53,7 +63,13 @@ def _scenario(vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int)
 
 
 def predict_config(
-    vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int = 3, seeds: int = 3
+    vllm: str,
+    mode: str,
+    cfg: RunConfig,
+    cal: dict[str, Any],
+    k: int = 3,
+    seeds: int = 3,
+    run: str = "",
 ) -> dict[str, Any]:
     sc = _scenario(vllm, mode, cfg, cal, k)
     max_steps = 8 * (sum(r.output_len for r in sc.workload.requests) // cfg.max_num_seqs + 64)
@@ -76,7 +92,8 @@ def predict_config(
     tlo, thi = wilson(tot["wrong_transitions"], tot["transitions"])
     return {
         "vllm": vllm, "mode": mode, "patch": cfg.patch, "policy": policy.name,
-        "config": cfg.name, "run_config": cfg.to_dict(), "seeds": seeds,
+        "config": cfg.name, "run_config": cfg.to_dict(), "k": k, "seeds": seeds,
+        **({"run": run} if run else {}), "never_run": never_run(vllm, mode, cfg, k),
         **{k_: v for k_, v in tot.items() if k_ != "steps"},
         "wrong_per_seed": per_seed,
         "rate": tot["wrong"] / tot["reads"] if tot["reads"] else 0.0,
@@ -97,15 +114,26 @@ def _commit() -> str:
         return "unknown"
 
 
+Arm = tuple[str, str, RunConfig]
+GridArm = tuple[str, str, RunConfig, int, str]  # + k and the run (vllm-run --out) it is in
+
+
 def plan(
-    arms: list[tuple[str, str, RunConfig]], out: Path, command: str, seeds: int = 3, k: int = 3
+    arms: list[Arm] | list[GridArm],
+    out: Path,
+    command: str,
+    seeds: int = 3,
+    k: int = 3,
+    runs: list[str] | None = None,
 ) -> dict[str, Any]:
-    """``arms``: (release, mode, configuration) as ``vllm-run`` would run them."""
+    """``arms``: (release, mode, configuration) as ``vllm-run`` would run them, or with a
+    grid, (release, mode, configuration, k, run); ``runs``: the grid's vllm-run commands."""
     try:
         cal = json.loads(CALIBRATION.read_text())["calibration"]
     except (OSError, ValueError, KeyError) as e:
         raise SpecraceError(f"{CALIBRATION}: no calibration ({e})") from None
-    configs = [predict_config(v, m, c, cal, k, seeds) for v, m, c in arms]
+    full: list[GridArm] = [a if len(a) == 5 else (*a, k, "") for a in arms]  # type: ignore[misc]
+    configs = [predict_config(v, m, c, cal, k_, seeds, r) for v, m, c, k_, r in full]
     doc = {
         "schema": "specrace.vllm_predictions",
         "command": command,
@@ -113,11 +141,105 @@ def plan(
         "calibration": str(CALIBRATION),
         "wrong": "the count the configuration's policy consumes differs from step N's true "
         "count (align and patch arms: the CPU value; none: what the GDN kernel reads)",
+        **({"runs": runs} if runs else {}),
         "configs": configs,
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "predictions.json", doc)
     return doc
+
+
+def _measured_keys(root: Path = Path("data/vllm")) -> set[tuple]:
+    """(release, mode, k, seqs, delay us, arrivals, arrival_every, seed, requests) of every
+    configuration a committed run's summary.json records."""
+    keys = set()
+    for path in root.glob("**/summary.json"):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or "modes" not in doc:
+            continue
+        release = str(doc.get("vllm_version", ""))
+        for mode, entry in doc["modes"].items():
+            k = entry.get("engine", {}).get("num_speculative_tokens", 3)
+            for res in entry.get("configs", []):
+                c = res["config"]
+                keys.add((release, mode, k, c["max_num_seqs"], c["gpu_delay_us"],
+                          c.get("arrivals", "all-at-start"), c.get("arrival_every", 2),
+                          c.get("seed", 0), c.get("num_requests", 192)))  # fmt: skip
+    return keys
+
+
+_MEASURED: set[tuple] | None = None
+
+
+def never_run(vllm: str, mode: str, cfg: RunConfig, k: int) -> bool:
+    global _MEASURED
+    if _MEASURED is None:
+        _MEASURED = _measured_keys()
+    return (vllm, mode, k, cfg.max_num_seqs, cfg.gpu_delay_us, cfg.arrivals,
+            cfg.arrival_every, cfg.seed, cfg.num_requests) not in _MEASURED  # fmt: skip
+
+
+GRID_KEYS = {
+    "name", "vllm", "k", "modes", "configs", "arrivals", "arrival_every", "num_requests",
+    "seed", "output_range", "patch",
+}  # fmt: skip
+
+
+def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
+    """The arms of a ``--grid`` file and the ``vllm-run`` command of each of its runs."""
+    import shlex
+    import tomllib
+
+    from gpu_check.vllm.config import parse_plan
+    from gpu_check.vllm.patches import patch_names
+    from gpu_check.vllm.run import parse_range, with_patches
+
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--grid {path}: unreadable ({e})") from None
+    runs = doc.get("run")
+    if not isinstance(runs, list) or not runs:
+        raise ValueError(f"--grid {path}: no [[run]] table")
+    arms: list[GridArm] = []
+    commands = []
+    names = set()
+    for i, r in enumerate(runs):
+        bad = set(r) - GRID_KEYS
+        missing = {"name", "vllm", "k", "modes", "configs"} - set(r)
+        if bad or missing:
+            raise ValueError(
+                f"--grid run {i}: unknown keys {sorted(bad)}, missing {sorted(missing)}"
+            )
+        if r["name"] in names:
+            raise ValueError(f"--grid: run name {r['name']!r} twice")
+        names.add(r["name"])
+        k = int(r["k"])
+        if not 1 <= k <= 15:
+            raise ValueError(f"--grid run {r['name']}: k must be in 1..15")
+        lo, hi = parse_range(r.get("output_range", "8:160"))
+        base = RunConfig(
+            num_requests=int(r.get("num_requests", 192)), seed=int(r.get("seed", 0)),
+            arrivals=r.get("arrivals", "all-at-start"),
+            arrival_every=int(r.get("arrival_every", 2)), output_min=lo, output_max=hi,
+            baseline=False,
+        )  # fmt: skip
+        if base.arrivals not in ("all-at-start", "staggered"):
+            raise ValueError(f"--grid run {r['name']}: arrivals {base.arrivals!r}")
+        patch = r.get("patch", "none")
+        by_mode = with_patches(parse_plan(r["modes"], r["configs"], base), patch_names(patch))
+        arms += [(r["vllm"], m, c, k, r["name"]) for m, cs in by_mode.items() for c in cs]
+        argv = ["vllm-run", "--vllm-version", r["vllm"], "--k", str(k), "--modes", r["modes"],
+                "--configs", r["configs"], "--arrivals", base.arrivals,
+                "--arrival-every", str(base.arrival_every),
+                "--num-requests", str(base.num_requests), "--seed", str(base.seed),
+                "--output-range", f"{lo}:{hi}", "--patch", patch,
+                "--out", f"RUNS/{r['name']}"]  # fmt: skip
+        commands.append("python -m gpu_check " + shlex.join(argv))
+    return arms, commands
 
 
 def arms_from_args(args: Any) -> list[tuple[str, str, RunConfig]]:

@@ -172,6 +172,10 @@ DOCS: dict[str, ParamDoc] = {
     "timing.worker_sample_tokens_ns": _P("ns", "CPU side of sample_tokens (enqueue, no wait)",
                                          prior("enqueue only, with the 13 µs copy issue of "
                                                f"{_D2H} A")),
+    "timing.worker_sample_tokens_ns_prefill": _P("ns", "more sample_tokens host time on a step "
+                                                 "with a prefill chunk",
+                                                 prior("0: one mode; vllm-forward's timing "
+                                                       "files measure two (docs/timing.md §7)")),
     "timing.worker_rpc_dispatch_ns": _P("ns", "RPC dispatch to execute_model",
                                         prior("tens of µs of Python dispatch")),
     "timing.worker_remove_ns": _P("ns", "one remove_request",
@@ -206,9 +210,18 @@ DOCS: dict[str, ParamDoc] = {
                                    "host load)", prior("host noise; the race needs jitter in "
                                                        "the balanced regime")),
     "timing.worker_stall_ns": _P("ns", "length of a stall", prior("a GC pause of ms size")),
+    "timing.worker_slow_prob": _P("probability", "per step: the host is in a slow phase (every "
+                                  "worker duration of the step scaled)",
+                                  prior("0: no slow phases; vllm-forward's timing files "
+                                        "measure them (docs/timing.md §7)")),
+    "timing.worker_slow_factor": _P("factor", "how much slower every worker duration of a slow "
+                                    "step is", prior("1: as calibrated")),
     "timing.jitter_frac": _P("fraction", "every duration is mean * (1 + U[-f, f])",
                              prior("±30 %; the race needs jitter in the "
                                    "balanced regime, docs/mechanism.md §8")),
+    "timing.gpu_jitter_frac": _P("fraction", "the GPU's durations' own jitter (-1: jitter_frac)",
+                                 prior("-1, every actor alike; vllm-forward's timing files "
+                                       "measure the GPU apart (docs/timing.md §7)")),
 }  # fmt: skip
 
 

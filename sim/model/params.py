@@ -212,6 +212,9 @@ class TimingParams:
     engine_input_ipc_ns: int = 500_000
     # Worker CPU thread (§1.3, §1.4, §2).
     worker_sample_tokens_ns: int = 250_000
+    # More host time in sample_tokens on a step whose batch holds a prefill chunk (eager
+    # mode launches the GDN prefill path's kernels: vLLM's records show two modes).
+    worker_sample_tokens_ns_prefill: int = 0
     worker_rpc_dispatch_ns: int = 30_000
     worker_remove_ns: int = 20_000
     worker_cached_loop_ns_per_req: int = 6_000
@@ -226,17 +229,34 @@ class TimingParams:
     # Host noise: with this probability per step the worker thread stalls (GC, host load).
     worker_stall_prob: float = 0.05
     worker_stall_ns: int = 2_000_000
+    # Slow phases of the host: with this probability per step every worker duration of the
+    # step is worker_slow_factor times its mean (vLLM's records: all host spans at once).
+    worker_slow_prob: float = 0.0
+    worker_slow_factor: float = 1.0
     jitter_frac: float = 0.3
+    # The GPU's durations' own jitter; -1: the same as jitter_frac (every actor alike).
+    gpu_jitter_frac: float = -1.0
 
     def check(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if value < 0:
+            if value < 0 and f.name != "gpu_jitter_frac":
                 raise ValueError(f"timing.{f.name} must be >= 0")
         if not 0.0 <= self.jitter_frac < 1.0:
             raise ValueError("timing.jitter_frac must be in [0, 1)")
+        if not (self.gpu_jitter_frac == -1.0 or 0.0 <= self.gpu_jitter_frac < 1.0):
+            raise ValueError("timing.gpu_jitter_frac must be -1 (as jitter_frac) or in [0, 1)")
+
+    @property
+    def gpu_frac(self) -> float:
+        """The jitter of the GPU's durations."""
+        return self.jitter_frac if self.gpu_jitter_frac < 0 else self.gpu_jitter_frac
         if not 0.0 <= self.worker_stall_prob <= 1.0:
             raise ValueError("timing.worker_stall_prob must be in [0, 1]")
+        if not 0.0 <= self.worker_slow_prob <= 1.0:
+            raise ValueError("timing.worker_slow_prob must be in [0, 1]")
+        if not 0.0 < self.worker_slow_factor <= 100.0:
+            raise ValueError("timing.worker_slow_factor must be in (0, 100]")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class Actor(enum.IntEnum):
     WORKER = 2
     GPU = 3
     STALL = 4
+    SLOW = 5  # whether the worker's host is in a slow phase at this step (slot 0)
 
 
 # Slots are plain ints, not IntEnum: the SimPy tier indexes with them on every draw.
@@ -108,6 +109,19 @@ def uniform_py(seed: int, step: int, actor: int, slot: int) -> float:
     for field in (step, actor, slot):
         h = _mix_py((h + (field & MASK64) + GOLDEN) & MASK64)
     return (h >> 11) * _TO_UNIT
+
+
+def slow_uniforms(seed: int, n_steps: int) -> np.ndarray:
+    """Per step the uniform that says whether the worker is slow (``u < worker_slow_prob``)."""
+    return uniform(seed, np.arange(n_steps, dtype=np.int64), Actor.SLOW, 0)
+
+
+def slowed_ns(mean_ns, scale):
+    """A worker mean in a step of host speed ``scale`` (1.0: as calibrated): ``int(mean *
+    scale)``, the same float ops in both tiers (``astype`` truncates as ``int`` does)."""
+    if isinstance(mean_ns, np.ndarray) or isinstance(scale, np.ndarray):
+        return (np.asarray(mean_ns, dtype=np.int64) * scale).astype(np.int64)
+    return int(mean_ns * scale)
 
 
 def jitter_factor(u, frac: float):

@@ -45,6 +45,12 @@ class StepRecord:
     prev_num_draft_tokens: np.ndarray  # indexed by previous step's row
 
     @property
+    def has_prefill(self) -> bool:
+        """A row of this step still computes its prompt (a prefill chunk)."""
+        n = self.num_reqs
+        return bool((self.num_computed[:n] < self.num_prompt[:n]).any())
+
+    @property
     def num_reqs(self) -> int:
         return len(self.req_ids)
 

@@ -45,6 +45,8 @@ from sim.model.rng import (
     GpuSlot,
     StepDraws,
     WorkerSlot,
+    slow_uniforms,
+    slowed_ns,
 )
 from sim.model.schedule import Schedule
 from sim.model.trace import DEFAULT_STREAM, LANDING, UPDATE_STATES, WORKER, read_event
@@ -69,13 +71,16 @@ class Jitter:
     streams of :mod:`sim.model.rng` keyed by (seed, step, actor, slot), so the draw does not
     depend on when the actor draws (the vector tier draws the very same numbers)."""
 
-    def __init__(self, draws: StepDraws, frac: float) -> None:
+    def __init__(self, draws: StepDraws, frac: float, scale: list[float] | None = None) -> None:
         self.draws = draws
         self.frac = frac
+        self.scale = scale  # per step: the host's speed (worker_slow_*), None: always 1
 
     def __call__(self, step: int, slot: int, mean_ns: int) -> int:
         if mean_ns <= 0:
             return 0
+        if self.scale is not None:
+            mean_ns = slowed_ns(mean_ns, self.scale[step])
         # rng.jittered_ns inlined (the hot path of the SimPy tier): the very same float ops.
         u = self.draws.get(step)[slot]
         return int(mean_ns * (1.0 + self.frac * (2.0 * u - 1.0)))
@@ -105,10 +110,15 @@ class Model:
         frac = timing.jitter_frac
         n_ops = np.array([len(s.ops) for s in schedule.steps], dtype=np.int64)
         self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps), frac)
+        scale = None
+        if timing.worker_slow_prob > 0:
+            u_slow = slow_uniforms(seed, n_steps).tolist()
+            f = timing.worker_slow_factor
+            scale = [f if u < timing.worker_slow_prob else 1.0 for u in u_slow]
         self.jit_worker = Jitter(
-            StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops), frac
+            StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops), frac, scale
         )
-        self.jit_gpu = Jitter(StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps), frac)
+        self.jit_gpu = Jitter(StepDraws(seed, Actor.GPU, GpuSlot.COUNT, n_steps), timing.gpu_frac)
         self.stall_draws = StepDraws(seed, Actor.STALL, 1, n_steps)
         on_item = self._log_stream_item if trace else None
         self.default_stream = Stream(env, "default_stream", on_item)
@@ -232,7 +242,10 @@ class Model:
                 yield self.valid_sampled_token_count_event.synchronize()
                 self.log("worker_cpu", "correct_spec_decode_token_counts", step, start=t0)
             t0 = env.now
-            yield env.timeout(j(step, W.SAMPLE_TOKENS, t.worker_sample_tokens_ns))
+            sample_ns = t.worker_sample_tokens_ns
+            if t.worker_sample_tokens_ns_prefill and rec.has_prefill:
+                sample_ns += t.worker_sample_tokens_ns_prefill
+            yield env.timeout(j(step, W.SAMPLE_TOKENS, sample_ns))
             self._enqueue_sample(step, rec, tim)
             self.log("worker_cpu", "sample_tokens", step, start=t0)
             if not self.async_scheduling:

@@ -59,6 +59,8 @@ from sim.model.rng import (
     WorkerSlot,
     jittered_ns,
     jittered_ns_array,
+    slow_uniforms,
+    slowed_ns,
     uniform,
 )
 from sim.model.schedule import Schedule, StepRecord
@@ -87,6 +89,12 @@ class _Means:
                 dtype = np.float64 if any(isinstance(v, float) for v in vals) else np.int64
                 setattr(self, f.name, np.asarray(vals, dtype=dtype))
         self.uniform_frac = not isinstance(self.jitter_frac, np.ndarray)
+        gj = self.gpu_jitter_frac  # -1: as jitter_frac (TimingParams.gpu_frac)
+        self.gpu_frac = (
+            (self.jitter_frac if gj < 0 else gj)
+            if not isinstance(gj, np.ndarray)
+            else np.where(gj < 0, self.jitter_frac, gj)
+        )
 
     def __getattr__(self, name: str) -> Any:  # the fields set in __init__, for the type checker
         raise AttributeError(name)
@@ -95,6 +103,8 @@ class _Means:
         """TimingParams.check over every point at once (the rules the tiers rely on: no
         negative duration, so ``astype`` truncates as ``int`` does; jitter below 100 %)."""
         for f in dataclasses.fields(TimingParams):
+            if f.name == "gpu_jitter_frac":  # -1 means "as jitter_frac"
+                continue
             bad = np.flatnonzero(np.atleast_1d(np.asarray(getattr(self, f.name))) < 0)
             if bad.size:
                 raise SpecraceError(f"timing point {bad[0]}: timing.{f.name} must be >= 0")
@@ -116,6 +126,13 @@ class _Means:
         if self.uniform_frac and not isinstance(mean, np.ndarray):
             return jittered_ns(int(mean), u, self.jitter_frac)
         return jittered_ns_array(mean, u, self.jitter_frac)
+
+    def jit_gpu(self, mean, u: float):
+        """:meth:`jit` with the GPU's jitter (``gpu_jitter_frac``)."""
+        frac = self.gpu_frac
+        if not isinstance(frac, np.ndarray) and not isinstance(mean, np.ndarray):
+            return jittered_ns(int(mean), u, frac)
+        return jittered_ns_array(mean, u, frac)
 
 
 def _mx(a, b):
@@ -218,9 +235,24 @@ def simulate_points(
     fwd_first = fwd_last = zero
     wait_sum = zero
 
+    # slow phases of the host (worker_slow_*): every worker mean of a slow step scaled
+    slow_u = slow_uniforms(seed, n_steps).tolist() if np.any(m.worker_slow_prob) else None
+    slow_arrays = isinstance(m.worker_slow_prob, np.ndarray) or isinstance(
+        m.worker_slow_factor, np.ndarray
+    )
+    scale: Any = None
+
+    def wj(mean, u: float):
+        return m.jit(mean, u) if scale is None else m.jit(slowed_ns(mean, scale), u)
+
     for n, rec in enumerate(steps):
         recent.append(rec)
         ue, uw, ug = draw_e.get(n), draw_w.get(n), draw_g.get(n)
+        if slow_u is not None:
+            if slow_arrays:
+                scale = np.where(slow_u[n] < m.worker_slow_prob, m.worker_slow_factor, 1.0)
+            else:
+                scale = m.worker_slow_factor if slow_u[n] < m.worker_slow_prob else 1.0
         if rec.ops:  # the row ops' slots follow the fixed ones (same keys as the SimPy tier)
             slots = WorkerSlot.OP_BASE + np.arange(len(rec.ops), dtype=np.int64)
             uw = uw + uniform(seed, n, Actor.WORKER, slots).tolist()
@@ -235,12 +267,12 @@ def simulate_points(
         arrival = e + m.jit(m.engine_input_ipc_ns, ue[EngineSlot.INPUT_IPC])
         sim_end = _mx(sim_end, arrival)
         # -- worker: scheduler output, synchronize_input_prep, stall ----------------------
-        w = _mx(w, arrival) + m.jit(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
+        w = _mx(w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
         if n > 0:
             w = _mx(w, prep_end_prev)
         stall = draw_s.get(n)[0] < np.asarray(m.worker_stall_prob)
         if stall.any():
-            w = w + np.where(stall, m.jit(m.worker_stall_ns, uw[WorkerSlot.STALL]), 0)
+            w = w + np.where(stall, wj(m.worker_stall_ns, uw[WorkerSlot.STALL]), 0)
         wait = zero
         if pol.waits_before_moves and n > 0:
             w0 = w
@@ -257,11 +289,9 @@ def simulate_points(
         op_times: list[np.ndarray] | None = [] if keep_timing else None
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_done:
-                w = w + m.jit(
-                    m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP]
-                )
+                w = w + wj(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
                 cached_done = True
-            w = w + m.jit(op_mean[op.kind], uw[WorkerSlot.OP_BASE + i])
+            w = w + wj(op_mean[op.kind], uw[WorkerSlot.OP_BASE + i])
             if any_pending:
                 any_pending = _land(buf, private, prev_acc, pending, land_prev <= w)
             _apply_op(buf, op)
@@ -270,10 +300,10 @@ def simulate_points(
             if op.kind != "remove":
                 writes.append(w)
         if not cached_done:
-            w = w + m.jit(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
-        w = w + m.jit(m.worker_refresh_metadata_ns, uw[WorkerSlot.REFRESH])
+            w = w + wj(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
+        w = w + wj(m.worker_refresh_metadata_ns, uw[WorkerSlot.REFRESH])
         # -- _prepare_inputs: the policy's wait and read -----------------------------------
-        w = w + m.jit(m.worker_prepare_inputs_ns // 2, uw[WorkerSlot.PREPARE_1])
+        w = w + wj(m.worker_prepare_inputs_ns // 2, uw[WorkerSlot.PREPARE_1])
         if pol.waits_before_read and n > 0:
             w0 = w
             w = _mx(w, land_prev) + m.worker_event_sync_ns
@@ -291,30 +321,33 @@ def simulate_points(
             if any_pending:
                 _land(buf, private, prev_acc, pending, pending)
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
-        w = w + m.jit(prep2_ns, uw[WorkerSlot.PREPARE_2])
+        w = w + wj(prep2_ns, uw[WorkerSlot.PREPARE_2])
         # -- launch: prep, prepare_inputs_event, forward -----------------------------------
-        prep_end = _mx(w, d_free) + m.jit(m.gpu_prep_ns, ug[GpuSlot.PREP])
-        w = w + m.jit(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
+        prep_end = _mx(w, d_free) + m.jit_gpu(m.gpu_prep_ns, ug[GpuSlot.PREP])
+        w = w + wj(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
         fwd_ns = m.gpu_forward_ns_base + m.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
         fwd_start = _mx(w, prep_end)
-        fwd_end = fwd_start + m.jit(fwd_ns, ug[GpuSlot.FORWARD])
+        fwd_end = fwd_start + m.jit_gpu(fwd_ns, ug[GpuSlot.FORWARD])
         if async_sched and n > 0:
             w = _mx(w, valid_end_prev)
-        w = w + m.jit(m.worker_sample_tokens_ns, uw[WorkerSlot.SAMPLE_TOKENS])
+        sample_ns = m.worker_sample_tokens_ns
+        if rec.has_prefill:
+            sample_ns = sample_ns + m.worker_sample_tokens_ns_prefill
+        w = w + wj(sample_ns, uw[WorkerSlot.SAMPLE_TOKENS])
         # -- sample_tokens(N): sampler, counts D2H, event records, drafter, output copy -----
-        d_sample = m.jit(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
-        d_d2h = m.jit(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
+        d_sample = m.jit_gpu(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
+        d_d2h = m.jit_gpu(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
         if np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0)):
             raise SpecraceError(
                 f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
                 "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
             )
         land = _mx(w, fwd_end) + d_sample + d_d2h
-        valid_end = _mx(_mx(w, valid_free), land) + m.jit(
+        valid_end = _mx(_mx(w, valid_free), land) + m.jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.VALID_COUNT_D2H]
         )
-        drafter_end = land + m.jit(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
-        out_end = _mx(_mx(w, out_free), drafter_end) + m.jit(
+        drafter_end = land + m.jit_gpu(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
+        out_end = _mx(_mx(w, out_free), drafter_end) + m.jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.OUTPUT_D2H]
         )
         out_eng = out_end + m.jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])

@@ -130,3 +130,18 @@ def test_the_figure_draws_a_wrong_read_of_the_ab_run(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
     assert (REPO / "docs/images/vllm-wrong-read.png").is_file()
     assert f"step {int(read['step'])}" in (REPO / "docs/vllm-fixes.md").read_text()
+
+
+def test_a_grid_prediction_finds_its_own_run(tmp_path) -> None:
+    """vllm-plan --grid names each configuration's run: vllm-outcome looks there first, so two
+    runs may hold the same configuration name (RUNS/<run>/<mode>_<config>/, exported in place)."""
+    from gpu_check.vllm.outcome import run_folder
+
+    for run in ("a-k1", "b-k2"):
+        (tmp_path / run / "align_s24_d0ms").mkdir(parents=True)
+        (tmp_path / run / "align_s24_d0ms" / "export.json").write_text("{}")
+    got = run_folder([tmp_path], "0.24.0", "align", "s24_d0ms", "b-k2")
+    assert got == tmp_path / "b-k2" / "align_s24_d0ms"
+    assert (
+        run_folder([tmp_path / "a-k1"], "0.24.0", "align", "s24_d0ms", "a-k1").parent.name == "a-k1"
+    )

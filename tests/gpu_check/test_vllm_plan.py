@@ -36,3 +36,33 @@ def test_plan_refuses_a_patch_without_align_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--patch needs align" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_plan_grid_predicts_several_runs_with_their_commands(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(
+        '[[run]]\nname = "a-k1"\nvllm = "0.24.0"\nk = 1\nmodes = "align"\n'
+        'configs = "24:15000"\nnum_requests = 24\n'
+        '[[run]]\nname = "b-k2"\nvllm = "0.33.0"\nk = 2\nmodes = "none"\n'
+        'configs = "24:0"\narrivals = "staggered"\narrival_every = 1\nnum_requests = 24\n'
+    )
+    out = tmp_path / "pre"
+    assert main(["vllm-plan", "--grid", str(grid), "--seeds", "1", "--out", str(out)]) == 0
+    doc = json.loads((out / "predictions.json").read_text())
+    assert [(c["run"], c["vllm"], c["k"], c["config"]) for c in doc["configs"]] == [
+        ("a-k1", "0.24.0", 1, "s24_d15ms"),
+        ("b-k2", "0.33.0", 2, "s24_d0ms_stag1"),
+    ]
+    assert all(c["never_run"] for c in doc["configs"])
+    assert len(doc["runs"]) == 2 and "--k 2" in doc["runs"][1] and "RUNS/b-k2" in doc["runs"][1]
+    for c in doc["configs"]:
+        assert c["transitions"] == 24 and abs(sum(c["landing"].values()) - 1) < 1e-3
+
+
+def test_plan_grid_refuses_bad_files_in_one_line(tmp_path, capsys):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[[run]]\nname = "a"\nvllm = "0.24.0"\nk = 1\nmodes = "align"\n')
+    assert main(["vllm-plan", "--grid", str(grid), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing ['configs']" in err
+    assert not (tmp_path / "x").exists()
