@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim.model.schedule import read_schedule
 from sim.hardware.schedule_match import match, step_differences
+from sim.model.schedule_io import read_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "data/vllm/v0.24.0/align_s16_d0ms"

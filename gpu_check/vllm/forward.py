@@ -144,7 +144,7 @@ def forward_schedule(sc: Scenario) -> Schedule:
 
 
 def landing_regime(sched: Schedule, m) -> dict[str, int]:
-    """Steps by where step N-1's copy landed for them, as :func:`observed_regime` counts a
+    """Steps by where step N-1's copy landed for them, as outcome.observed_regime counts a
     measured run: at ``_update_states`` (entry), among its ops (between), after its last
     writing op (after), or not landed when the read began (waited)."""
     starts = {r[2]: r[0] for r in m.trace_rows or [] if r[4] == UPDATE_STATES}
@@ -184,32 +184,12 @@ def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str,
     }
 
 
-def observed_regime(c: Measured) -> dict[str, float]:
-    t = pd.read_parquet(c.folder / "steps_vllm.parquet")
-    t = t[t["step"] >= 1]
-    lp, hi, n_ops = t["land_pos"], t["land_pos_hi"], t["n_ops"]
-    entry = t["landed_at_update_states"]
-    waited = lp < 0
-    inside = ((lp > 0) & (lp < n_ops)) | (lp != hi) | ((lp == 0) & (n_ops > 0))
-    between = ~entry & ~waited & inside  # after _update_states began, before its last op
-    after = ~entry & ~waited & ~between
-    n = len(t)
-    iv = t["step_interval_ns"][t["step_interval_ns"] > 0]
-    return {
-        "entry": round(float(entry.sum()) / n, 4),
-        "between": round(float(between.sum()) / n, 4),
-        "after": round(float(after.sum()) / n, 4),
-        "waited": round(float(waited.sum()) / n, 4),
-        "step_ms": round(float(iv.median()) / 1e6, 3),
-    }
-
-
 def _r(x: float) -> float:
     return float(f"{x:.6g}")
 
 
 def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
-    from gpu_check.vllm.outcome import judge, observed  # outcome imports this module
+    from gpu_check.vllm.outcome import judge, observed
 
     raw = load_raw(c.raw_path)
     sc = scenario_for(c, cal, raw)

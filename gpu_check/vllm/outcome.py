@@ -10,7 +10,7 @@ per configuration the three parts of the criterion and ``meets_all``, then
   interval, and where at least 20 wrong reads were observed, within 25 % of the observed rate;
 - step time: the predicted median step within 10 % of the observed median step interval;
 - landing: the total-variation distance between the predicted and observed landing mix
-  (entry / between / after / waited, :func:`gpu_check.vllm.forward.observed_regime`) <= 0.10.
+  (entry / between / after / waited, :func:`observed_regime`) <= 0.10.
 
 ``python -m gpu_check vllm-ab RUNS... --out FILE`` writes the arms table of the A/B and the
 fixes (``data/vllm/ab/summary.json``): per run its reads, prefill -> first-spec transitions,
@@ -28,7 +28,6 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_check.vllm.forward import observed_regime
 from sim.errors import SpecraceError
 from sim.runs.io import write_json
 from sim.runs.stats import wilson
@@ -38,6 +37,28 @@ RATE_REL = 0.25
 RATE_MIN_WRONG = 20
 STEP_REL = 0.10
 LANDING_TV = 0.10
+
+
+def observed_regime(c: Any) -> dict[str, float]:
+    """The landing mix and median step interval of a measured configuration (``c.folder``
+    holds its export's steps_vllm.parquet)."""
+    t = pd.read_parquet(c.folder / "steps_vllm.parquet")
+    t = t[t["step"] >= 1]
+    lp, hi, n_ops = t["land_pos"], t["land_pos_hi"], t["n_ops"]
+    entry = t["landed_at_update_states"]
+    waited = lp < 0
+    inside = ((lp > 0) & (lp < n_ops)) | (lp != hi) | ((lp == 0) & (n_ops > 0))
+    between = ~entry & ~waited & inside  # after _update_states began, before its last op
+    after = ~entry & ~waited & ~between
+    n = len(t)
+    iv = t["step_interval_ns"][t["step_interval_ns"] > 0]
+    return {
+        "entry": round(float(entry.sum()) / n, 4),
+        "between": round(float(between.sum()) / n, 4),
+        "after": round(float(after.sum()) / n, 4),
+        "waited": round(float(waited.sum()) / n, 4),
+        "step_ms": round(float(iv.median()) / 1e6, 3),
+    }
 
 
 class _Folder:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.hardware.schedule_match import match
-from sim.model.schedule import read_schedule
+from sim.model.schedule_io import read_schedule
 from sim.resolve.release_facts import FACTS
 from sim.runs.io import write_json
 
