@@ -491,16 +491,13 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
     from gpu_check.vllm.plan import arms_from_args, arms_from_grid, plan, summary_text
 
     command = "python -m gpu_check " + shlex.join(args.argv)
+    if bool(args.grid) == bool(args.vllm):
+        raise UsageError("vllm-plan needs one of --vllm and --grid")
     if args.grid:
-        if args.vllm:
-            raise UsageError("--grid and --vllm: give one")
         arms, runs = _check_input(arms_from_grid, Path(args.grid))
-        doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k, runs)
     else:
-        if not args.vllm:
-            raise UsageError("vllm-plan needs --vllm or --grid")
-        arms = _check_input(arms_from_args, args)
-        doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k)
+        arms, runs = _check_input(arms_from_args, args), None
+    doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k, runs)
     return render(args.table_format, doc["configs"], lambda: summary_text(doc))
 
 

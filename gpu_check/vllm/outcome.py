@@ -39,10 +39,10 @@ STEP_REL = 0.10
 LANDING_TV = 0.10
 
 
-def observed_regime(c: Any) -> dict[str, float]:
-    """The landing mix and median step interval of a measured configuration (``c.folder``
-    holds its export's steps_vllm.parquet)."""
-    t = pd.read_parquet(c.folder / "steps_vllm.parquet")
+def observed_regime(folder: Path) -> dict[str, float]:
+    """The landing mix and median step interval of an exported configuration (its
+    steps_vllm.parquet)."""
+    t = pd.read_parquet(folder / "steps_vllm.parquet")
     t = t[t["step"] >= 1]
     lp, hi, n_ops = t["land_pos"], t["land_pos_hi"], t["n_ops"]
     entry = t["landed_at_update_states"]
@@ -59,13 +59,6 @@ def observed_regime(c: Any) -> dict[str, float]:
         "waited": round(float(waited.sum()) / n, 4),
         "step_ms": round(float(iv.median()) / 1e6, 3),
     }
-
-
-class _Folder:
-    """What :func:`observed_regime` reads of a measured configuration: its folder."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -93,7 +86,7 @@ def observed(folder: Path) -> dict[str, Any]:
     consumed = reads[reads["consumed"]]
     wrong = consumed["wrong"]
     first = consumed["prev_drafts"] == 0
-    reg = observed_regime(_Folder(folder))  # type: ignore[arg-type]
+    reg = observed_regime(folder)
     tok = _tokens_per_s(folder, meta)
     lo, hi = wilson(int(wrong.sum()), len(consumed))
     tlo, thi = wilson(int((wrong & first).sum()), int(first.sum()))
