@@ -303,7 +303,8 @@ def _timing_rows() -> dict[str, list[str]]:
 
 
 def _digits(cell: str) -> str:
-    return re.sub(r"[^\d.]", "", cell.split("(")[0].split(",")[0])
+    head = cell.split("(")[0].split(",")[0].replace("\u2212", "-")
+    return re.sub(r"[^\d.\-]", "", head)
 
 
 def test_timing_doc_lists_every_timing_key_with_its_default_and_measurement() -> None:
