@@ -77,4 +77,25 @@ def test_schedule_before_and_after_are_the_same_bytes() -> None:
         cases.append((replace(base, engine=engine, workload=small), 150))
     for sc, steps in cases:
         for seed in (0, 7):
-            assert dumps(old(sc, seed, steps)) == dumps(build_schedule(sc, seed, steps))
+            before, after = dumps(old(sc, seed, steps)), dumps(build_schedule(sc, seed, steps))
+            if not sc.engine.async_scheduling or sc.name == "minimal-race":
+                assert before == after
+                continue
+            _only_the_avoided_extra_step_differs(json.loads(before), json.loads(after))
+
+
+def _only_the_avoided_extra_step_differs(before: dict, after: dict) -> None:
+    """The per-object builder predates issue #22's "avoid scheduling an extra step" rule (vLLM's
+    async scheduler skips a running request whose in-flight step is sure to reach max_tokens): the
+    two schedules agree step for step until the first step the rule fires, where the new one leaves
+    exactly one request unscheduled that the old one scheduled once more; both finish it next."""
+    b_steps, a_steps = before["steps"], after["steps"]
+    first = next(i for i, (b, a) in enumerate(zip(b_steps, a_steps, strict=True)) if b != a)
+    assert first > 0
+    b, a = b_steps[first], a_steps[first]
+    skipped = set(a["unscheduled"]) - set(b["unscheduled"])
+    assert len(skipped) == 1
+    assert set(b["req_ids"]) - set(a["req_ids"]) == skipped
+    assert set(a["req_ids"]) <= set(b["req_ids"])
+    (req,) = skipped
+    assert req in b_steps[first + 1]["finished"] and req in a_steps[first + 1]["finished"]
