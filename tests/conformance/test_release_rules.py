@@ -28,7 +28,7 @@ def comparison() -> dict:
 
 def test_release_is_modelled() -> None:
     assert VLLM_VERSION in RELEASES, (
-        f"vLLM {VLLM_VERSION} has no facts in sim/resolve/release_facts.py: read it with "
+        f"vLLM {VLLM_VERSION} has no facts in sim/resolve/release_facts.json: read it with "
         f"tests/conformance/release_rules.py {VLLM_TREE} and add them"
     )
 
