@@ -154,15 +154,15 @@ def test_align_cut_follows_vllms_block_aligned_split() -> None:
     and 560 of 701 in its first step; a chunk short of the last cache position is a multiple
     of the block; a chunk past it is left alone; without MTP the last position is not pulled
     back."""
-    from sim.model.scheduling import _aligned_chunk
+    from sim.model.scheduler_rules import aligned_chunk
 
-    assert _aligned_chunk(0, 300, 300, 80, True) == 160  # last cache position 240 - 80
-    assert _aligned_chunk(160, 140, 300, 80, True) == 140  # the rest
-    assert _aligned_chunk(0, 701, 701, 80, True) == 560
-    assert _aligned_chunk(0, 100, 701, 80, True) == 80  # budget-cut: down to a multiple
-    assert _aligned_chunk(0, 79, 701, 80, True) == 0  # less than a block: nothing this step
-    assert _aligned_chunk(0, 300, 300, 80, False) == 240
-    assert _aligned_chunk(0, 40, 40, 80, True) == 40  # shorter than a block: not cached
+    assert aligned_chunk(0, 300, 300, 80, True) == 160  # last cache position 240 - 80
+    assert aligned_chunk(160, 140, 300, 80, True) == 140  # the rest
+    assert aligned_chunk(0, 701, 701, 80, True) == 560
+    assert aligned_chunk(0, 100, 701, 80, True) == 80  # budget-cut: down to a multiple
+    assert aligned_chunk(0, 79, 701, 80, True) == 0  # less than a block: nothing this step
+    assert aligned_chunk(0, 300, 300, 80, False) == 240
+    assert aligned_chunk(0, 40, 40, 80, True) == 40  # shorter than a block: not cached
 
 
 def _align_scenario(qwen35: Scenario, block: int, budget: int = 2048) -> Scenario:

@@ -411,7 +411,7 @@ class Shrinker:
         steps = c.steps
         edits = [
             # an EOS stop is unannounced: the scheduler keeps the request a step longer than a
-            # max_tokens stop (scheduling._sure_to_finish), which can shorten the race
+            # max_tokens stop (scheduler_rules.sure_to_finish), which can shorten the race
             lambda r: replace(r, eos=True),
             lambda r: replace(r, prompt_len=2, prefix_hit_tokens=min(r.prefix_hit_tokens, 1)),
             lambda r: replace(r, prefix_hit_tokens=0),

@@ -123,7 +123,7 @@ class ScriptedRequest:
     prefix_hit_tokens: int = 0
     # True: the request stops on an EOS at output_len, which the scheduler cannot foresee;
     # False: it stops at max_tokens = output_len, and the async scheduler skips the step its
-    # in-flight step is sure to make unnecessary (sim.model.scheduling._sure_to_finish).
+    # in-flight step is sure to make unnecessary (sim.model.scheduler_rules.sure_to_finish).
     eos: bool = False
 
 

@@ -14,7 +14,7 @@ order: remove finished, remove unscheduled, the cached-request loop (num_compute
 
 Under ``mamba_cache_mode = "align"`` with ``engine.mamba_block_size`` B > 0, prefill chunks are
 cut as vLLM's ``_mamba_block_aligned_split`` cuts them, by the release's rule
-(``engine.mamba_split_rule``, :func:`_aligned_chunk`): in 0.24.0 to a multiple of B before the
+(``engine.mamba_split_rule``, :func:`aligned_chunk`): in 0.24.0 to a multiple of B before the
 last cache position, at that position when a chunk would cross it (so a 300-token prompt with
 B = 80 and MTP prefills 160 tokens, then 140). A running request whose cut
 leaves nothing waits a step and the next ones are served; a waiting request stops admission.
@@ -22,7 +22,8 @@ leaves nothing waits a step and the next ones are served; a waiting request stop
 A request stops at ``max_tokens`` = its ``output_len`` (or, flagged ``eos``, on an EOS there).
 vLLM's async scheduler sees a ``max_tokens`` stop coming: it skips a running request whose
 in-flight step is sure to reach it ("avoid scheduling an extra step", v0.24.0
-v1/core/sched/scheduler.py L435-449, every release 0.23.0-0.33.0; :func:`_sure_to_finish`), so
+v1/core/sched/scheduler.py L435-449, every release 0.23.0-0.33.0;
+:func:`sim.model.scheduler_rules.sure_to_finish`), so
 the worker removes it as unscheduled a step before its ``finished`` entry. An EOS stop is not
 foreseen: the request is scheduled optimistically until its output is processed.
 
@@ -45,13 +46,13 @@ version it replaced (tests/test_schedule.py's golden file; ``python -m sim bench
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from sim.model import scheduler_rules as rules
 from sim.model.input_batch import (
     InputBatchRows,
     RowOp,
@@ -59,57 +60,19 @@ from sim.model.input_batch import (
 )
 from sim.model.params import EngineParams, Scenario
 from sim.model.schedule import Schedule, StepRecord
+from sim.model.scheduler_rules import (
+    ReqStates,
+    accept,
+    accept_k,
+    aligned_chunk,
+    all_set,
+    any_set,
+    pad_new_decode,
+    padded,
+    preempt,
+    steady_step,
+)
 from sim.model.workload import Request, draw_workload
-
-
-# any()/all() of a small bool array by count_nonzero: the methods cost four times as much
-# (a Python-level wrapper), and this runs several times per step.
-def _any(mask: np.ndarray) -> bool:
-    return bool(np.count_nonzero(mask))
-
-
-def _all(mask: np.ndarray) -> bool:
-    return np.count_nonzero(mask) == mask.size
-
-
-class _ReqStates:
-    """Every request's scheduler and worker state, one array entry per request."""
-
-    def __init__(self, requests: list[Request]) -> None:
-        n = len(requests)
-        self.req_ids = [r.req_id for r in requests]
-        self.arrival_step = [r.arrival_step for r in requests]
-        self.prompt_len = np.array([r.prompt_len for r in requests], dtype=np.int64)
-        # The values themselves (not an array), compared in Python where a request finishes:
-        # sim.explore.check passes int subclasses that record what the scheduler compares.
-        self.output_len = [r.output_len for r in requests]
-        # req.accepted of every request back to back: request i's j-th speculative step
-        # is accepted_flat[spec_pos[i]] (spec_pos[i] = its offset + j) while spec_pos[i] <
-        # accepted_end[i], else 1.
-        lens = [len(r.accepted) for r in requests]
-        self.accepted_end = np.cumsum(np.array(lens, dtype=np.int64))
-        self.accepted_flat = (
-            np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
-            if n
-            else np.zeros(0, np.int8)
-        )
-        self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
-        self.num_computed = np.zeros(n, dtype=np.int64)  # scheduler's optimistic view
-        self.generated = np.zeros(n, dtype=np.int64)  # confirmed by update_from_output
-        self.spec_pos = self.accepted_end - lens  # each request's offset + its drafted steps
-        self.prefill_target = np.zeros(n, dtype=np.int64)  # prompt, or recompute
-        self.prev_num_draft_len = np.zeros(n, dtype=np.int64)  # CachedRequestState's
-        # Request.num_output_placeholders (async scheduling): 1 + drafts of every in-flight
-        # step that samples (AsyncScheduler._update_after_schedule adds them, update_from_output
-        # takes them back: v0.24.0 v1/core/sched/async_scheduler.py L19-44, scheduler.py
-        # L1564-1568, async_scheduler.py L58-66).
-        self.placeholders = np.zeros(n, dtype=np.int64)
-        self.length_stop = np.array([not r.eos for r in requests], dtype=bool)
-        self.epoch = np.zeros(n, dtype=np.int64)  # bumped by preemption
-        self.preempted = np.zeros(n, dtype=bool)
-        self.running = np.zeros(n, dtype=bool)
-        self.alive = np.ones(n, dtype=bool)  # not finished
-        self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held (KV-limited runs)
 
 
 class _Running:
@@ -194,7 +157,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
     eng = scenario.engine
     k = eng.num_speculative_tokens
     lag = 2 if eng.async_scheduling else 1
-    st = _ReqStates(requests)
+    st = ReqStates(requests)
     ids = st.req_ids
     n_req = len(ids)
     id_index = {rid: i for i, rid in enumerate(ids)}
@@ -235,10 +198,10 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 st.num_computed[i] -= (k + 1) - done.accepted  # the rejected drafts
                 st.generated[i] += done.accepted
                 cand = i
-            elif live is None or _all(live):  # no preemption since: every row applies
+            elif live is None or all_set(live):  # no preemption since: every row applies
                 # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
                 st.num_computed[i] -= done.drafts - (done.accepted - 1)
-                if _all(done.samples):
+                if all_set(done.samples):
                     st.generated[i] += done.accepted
                     cand = i
                 else:
@@ -256,7 +219,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                 cand = i[smp]
             if out_arr is not None:
                 hit = (st.generated[cand] >= out_arr[cand]) & st.alive[cand]
-                done_rows = cand[hit].tolist() if _any(hit) else []
+                done_rows = cand[hit].tolist() if any_set(hit) else []
             else:
                 out = st.output_len
                 done_rows = [
@@ -298,7 +261,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         # change any row (the removed list is sorted), so we remove in row order.
         row_of = row_arr[idx]  # each scheduled request's row; removals move no row
         absent = row_of < 0
-        any_absent = _any(absent)
+        any_absent = any_set(absent)
         if done_rows or any_absent or n != len(prev_row_ids):
             mark[idx] = True
             mark[done_rows] = True
@@ -325,7 +288,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
                     to_add.append(j)
                     resumed.append(rid)
             cached = ~absent
-            any_cached = _any(cached)
+            any_cached = any_set(cached)
         else:
             cached = slice(None)  # type: ignore[assignment]
             any_cached = n > 0
@@ -375,7 +338,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         samples = sched.samples if sched.uniform else sched.samples[at]  # uniform: all True
         # prev_req_id_to_index for the next step (StepRecord.prev_req_id_to_index).
         prev_arr[prev_req_of_row] = -1
-        if sched.uniform or _all(samples):
+        if sched.uniform or all_set(samples):
             prev_arr[req_of_row] = positions
         else:
             keep = np.flatnonzero(samples)
@@ -405,7 +368,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
 
 
 def _schedule_step(
-    st: _ReqStates,
+    st: ReqStates,
     running: _Running,
     waiting: deque[int],
     eng: EngineParams,
@@ -414,7 +377,8 @@ def _schedule_step(
 ) -> tuple[_Batch, list[str], list[int]]:
     """FCFS: running requests first in admission order, then waiting ones. Returns the
     batch, the new requests' ids and their positions in it. ``out_arr``: every request's
-    output_len as an array (None: compare the values one by one, see :func:`_sure_to_finish`)."""
+    output_len as an array (None: compare the values one by one, see
+    :func:`sim.model.scheduler_rules.sure_to_finish`)."""
     if eng.kv_cache_capacity_tokens:
         return _schedule_step_kv(st, running, waiting, eng, k, out_arr)
     budget = eng.max_num_batched_tokens
@@ -426,27 +390,27 @@ def _schedule_step(
     if running:
         r = running.array()
         if eng.async_scheduling:
-            sure = _sure_to_finish(st, r, out_arr)
+            sure = rules.sure_to_finish(st, r, out_arr)
             if sure is not None:
                 r = r[~sure]
     if running and len(r):
         nc, tgt = st.num_computed[r], st.prefill_target[r]
         prefill = nc < tgt
-        if len(r) * (1 + k) <= budget and not _any(prefill):
+        if len(r) * (1 + k) <= budget and not any_set(prefill):
             # The steady state: every running request decodes with k drafts, and all fit.
             budget -= len(r) * (1 + k)
             steady = k > 0
-            tokens, drafts, samples = _steady(len(r), k)
-            accepted = _accept(st, r, drafts) if k == 0 else _accept_k(st, r, k)
+            tokens, drafts, samples = steady_step(len(r), k)
+            accepted = accept(st, r, drafts) if k == 0 else accept_k(st, r, k)
             parts.append((r, epoch_of(r), tokens, drafts, accepted, samples))
-        elif block and _any(prefill):
+        elif block and any_set(prefill):
             tokens_l, take = [], []
             for j, (nc_j, tgt_j) in enumerate(zip(nc.tolist(), tgt.tolist(), strict=True)):
                 if budget <= 0:
                     break
                 want = min(tgt_j - nc_j if nc_j < tgt_j else 1 + k, budget)
                 if nc_j < tgt_j:
-                    want = _aligned_chunk(nc_j, want, tgt_j, block, k > 0, eng)
+                    want = aligned_chunk(nc_j, want, tgt_j, block, k > 0, eng)
                 if want:  # a cut to nothing: this request waits, the next may fit (vLLM)
                     take.append(j)
                     tokens_l.append(want)
@@ -456,7 +420,7 @@ def _schedule_step(
             tokens = np.array(tokens_l, dtype=np.int64)
             drafts = np.where(prefill, 0, tokens - 1)
             samples = ~prefill | (nc + tokens >= tgt)
-            parts.append((r, epoch_of(r), tokens, drafts, _accept(st, r, drafts), samples))
+            parts.append((r, epoch_of(r), tokens, drafts, accept(st, r, drafts), samples))
         else:
             # Each running request takes its whole demand (the rest of its prefill, or
             # 1 + k) while the budget lasts; the first that does not fit takes what is left.
@@ -472,22 +436,22 @@ def _schedule_step(
             budget -= int(tokens.sum())
             drafts = np.where(prefill, 0, tokens - 1)
             samples = ~prefill | (nc + tokens >= tgt)
-            parts.append((r, epoch_of(r), tokens, drafts, _accept(st, r, drafts), samples))
+            parts.append((r, epoch_of(r), tokens, drafts, accept(st, r, drafts), samples))
     new_ids: list[str] = []
     new_pos: list[int] = []
     pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
-    # any running request scheduled, any of them in prefill (for _pad_new_decode)
+    # any running request scheduled, any of them in prefill (for pad_new_decode)
     sched_running = pos > 0
-    prefill_sched = sched_running and not steady and _any(prefill)
+    prefill_sched = sched_running and not steady and any_set(prefill)
     admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
         nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
-        pad = _pad_new_decode(eng, k, nc_w, tgt_w, sched_running, prefill_sched)
+        pad = pad_new_decode(eng, k, nc_w, tgt_w, sched_running, prefill_sched)
         if pad and 1 + k > budget:
             break  # vLLM prefers not scheduling it to scheduling it unpadded
         # the cut comes before admission: a request cut to nothing stays waiting
         cut = block and not pad and nc_w < tgt_w
-        if cut and not _aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w, block, k > 0, eng):
+        if cut and not aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w, block, k > 0, eng):
             break
         i = waiting.popleft()
         running.append(i)
@@ -500,12 +464,12 @@ def _schedule_step(
         nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
         item: tuple[int, int, int, bool]
         if pad:
-            item = _padded(nc_i, tgt_i, block, k, eng)
+            item = padded(nc_i, tgt_i, block, k, eng)
             item = (i, *item[1:])
         elif nc_i < tgt_i:
             tokens_i = min(tgt_i - nc_i, budget)
             if block:
-                tokens_i = _aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0, eng)
+                tokens_i = aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0, eng)
             item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
         else:
             nd = min(k, budget - 1)
@@ -522,7 +486,7 @@ def _schedule_step(
                 st.epoch[one],
                 np.array(a_tokens, dtype=np.int64),
                 drafts_a,
-                _accept(st, one, drafts_a),
+                accept(st, one, drafts_a),
                 np.array(a_samples, dtype=bool),
             )
         )
@@ -540,7 +504,7 @@ def _schedule_step(
 
 
 def _schedule_step_kv(
-    st: _ReqStates,
+    st: ReqStates,
     running: _Running,
     waiting: deque[int],
     eng: EngineParams,
@@ -572,7 +536,7 @@ def _schedule_step_kv(
     skip: set[int] = set()
     if eng.async_scheduling and running.ids:
         r = running.array()
-        sure = _sure_to_finish(st, r, out_arr)
+        sure = rules.sure_to_finish(st, r, out_arr)
         if sure is not None:
             skip = set(r[sure].tolist())
     items: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
@@ -588,7 +552,7 @@ def _schedule_step_kv(
         nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
         want = min(tgt - nc if nc < tgt else 1 + k, budget)
         if block and nc < tgt:
-            want = _aligned_chunk(nc, want, tgt, block, k > 0, eng)
+            want = aligned_chunk(nc, want, tgt, block, k > 0, eng)
         if not want:
             j += 1
             continue
@@ -598,7 +562,7 @@ def _schedule_step_kv(
             v = ids.pop()
             running._arr = None
             used -= int(st.blocks[v])
-            _preempt(st, v)
+            preempt(st, v)
             waiting.appendleft(v)
             preempted = True
             if v == i:
@@ -622,14 +586,14 @@ def _schedule_step_kv(
         if st.preempted[i]:  # recompute everything appended so far
             st.prefill_target[i] = st.prompt_len[i] + st.generated[i]
         nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
-        pad = _pad_new_decode(eng, k, nc, tgt, sched_running, prefill_sched)
+        pad = pad_new_decode(eng, k, nc, tgt, sched_running, prefill_sched)
         if pad and 1 + k > budget:
             break
         want = min(tgt - nc, budget)
         if pad:
-            _, pad_drafts, want, _ = _padded(nc, tgt, block, k, eng)
+            _, pad_drafts, want, _ = padded(nc, tgt, block, k, eng)
         elif block:
-            want = _aligned_chunk(nc, want, tgt, block, k > 0, eng)
+            want = aligned_chunk(nc, want, tgt, block, k > 0, eng)
             if not want:
                 break
         full = -(-int(st.prompt_len[i] + st.generated[i]) // bs)
@@ -660,116 +624,10 @@ def _schedule_step_kv(
         st.epoch[idx],
         np.array(a_tokens, dtype=np.int64),
         drafts,
-        _accept(st, idx, drafts),
+        accept(st, idx, drafts),
         np.array(a_samples, dtype=bool),
     )
     return batch, new_ids, new_pos
-
-
-def _pad_new_decode(
-    eng: EngineParams, k: int, nc: int, tgt: int, sched_running: bool, prefill_sched: bool
-) -> bool:
-    """Whether a waiting request with one token left is padded to ``1 + k`` (k placeholder
-    drafts) "to preserve full cudagraph for this step" (release fact ``pad_new_decode``,
-    ``engine.pad_new_decode``): from 0.25.0 when running requests were scheduled and none is
-    in prefill (v0.28.0 scheduler.py L934-950); from 0.30.0 also with none running if it has
-    computed tokens (a prefix hit; v0.33.0 L1308-1330)."""
-    if eng.pad_new_decode == "off" or not k or tgt - nc != 1 or prefill_sched:
-        return False
-    return sched_running or (eng.pad_new_decode == "running_or_hit" and nc > 0)
-
-
-def _padded(nc: int, tgt: int, block: int, k: int, eng: EngineParams) -> tuple[int, int, int, bool]:
-    """(-, drafts, tokens, samples) of a padded admission; in align mode a cut that clips the
-    padded rows drops the padding (v0.33.0 scheduler.py L1358-1370)."""
-    if block and _aligned_chunk(nc, 1 + k, tgt, block, k > 0, eng) != 1 + k:
-        return (-1, 0, 1, True)
-    return (-1, k, 1 + k, True)
-
-
-def _preempt(st: _ReqStates, v: int) -> None:
-    """``_preempt_request``: blocks freed, num_computed 0; its in-flight output still comes."""
-    st.preempted[v] = True
-    st.running[v] = False
-    st.num_computed[v] = 0
-    st.blocks[v] = 0
-    st.epoch[v] += 1
-
-
-def _sure_to_finish(st: _ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -> np.ndarray | None:
-    """Running requests ``r`` that the async scheduler skips because their in-flight step is
-    sure to reach ``max_tokens`` (here ``output_len``), or None if none is: "Avoid scheduling an
-    extra step", v0.24.0 vllm/v1/core/sched/scheduler.py L435-449 (every release 0.23.0-0.33.0,
-    sim.resolve.release_facts ``avoid_extra_step``): ``num_output_placeholders > 0 and
-    num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens``, i.e.
-    the tokens confirmed plus the one the in-flight step samples at least (its drafts may all be
-    rejected) reach ``max_tokens``. The worker then removes it as unscheduled, a step before its
-    ``finished`` entry (docs/mechanism.md §1.1).
-
-    Compared as ``value >= output_len`` one request at a time where output lengths are not
-    plain ints: sim.explore.check's probes record that value (a finish decided here)."""
-    ph = st.placeholders[r]
-    has = (ph > 0) & st.length_stop[r]  # an EOS stop comes unannounced
-    if not _any(has):
-        return None
-    reach = st.num_computed[r] + 2 - ph - st.prompt_len[r]  # vs max_tokens
-    if out_arr is not None:
-        sure = has & (reach >= out_arr[r])
-    else:
-        out = st.output_len
-        sure = np.array(
-            [
-                bool(h) and v >= out[j]
-                for j, h, v in zip(r.tolist(), has, reach.tolist(), strict=True)
-            ],  # fmt: skip
-            dtype=bool,
-        )
-    return sure if _any(sure) else None
-
-
-def _aligned_chunk(
-    nc: int, tokens: int, num_tokens: int, block: int, eagle: bool, eng: EngineParams | None = None
-) -> int:
-    """A prefill chunk of ``tokens`` from ``nc`` cut as vLLM's align mode cuts it
-    (``_mamba_block_aligned_split``): the state is cached at multiples of ``block`` up to the
-    last cache position (one block earlier with an EAGLE-type drafter such as MTP, whose full
-    attention prunes the last matching block), by the release's rule (release fact
-    ``mamba_split_rule``, ``engine.mamba_split_rule``):
-
-    - ``"chunk"`` (0.23.0-0.25.1; v0.24.0 v1/core/sched/scheduler.py L330-391): a chunk ending
-      before the last cache position is floored to whole blocks (to 0 if shorter than one:
-      the request waits), one crossing it ends there;
-    - ``"boundary"`` (0.26.0-0.32.0; v0.28.0 scheduler.py L366-437): a chunk that does not end
-      the prefill ends on a block boundary, unless that leaves nothing and a block is wider
-      than the token budget (then it advances within the block); a chunk starting inside a
-      block stops at the next boundary; none runs past the last cache position;
-    - ``"lookahead"`` (0.33.0; scheduler.py L342-345, kv_cache_interface.py L1169-1186): as
-      "boundary", but with prefix caching on the block hashes look one token ahead instead of
-      EAGLE dropping the last block: the last cache position is ``(num_tokens - 1)`` floored
-      to a block (sim assumes prefix caching on in align mode, which is what selects align)."""
-    rule = eng.mamba_split_rule if eng is not None else "chunk"
-    if rule == "lookahead":
-        last = (num_tokens - 1) // block * block
-    else:
-        last = num_tokens - num_tokens % block
-        if eagle:
-            last = max(last - block, 0)
-    if rule == "chunk" or eng is None:
-        if nc + tokens < last:
-            return tokens // block * block
-        if nc < last < nc + tokens:
-            return last - nc
-        return tokens
-    end = nc + tokens
-    if nc >= num_tokens:
-        return tokens
-    if end < num_tokens:
-        aligned = end // block * block
-        if aligned > nc or block <= eng.max_num_batched_tokens:
-            end = aligned
-    stops = ((nc // block + 1) * block if nc % block else 0, last)
-    end = min((x for x in stops if nc < x < end), default=end)
-    return max(end - nc, 0)
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
@@ -798,41 +656,4 @@ def _replay(layout: list[int], ops: list[RowOp], id_index: dict[str, int]) -> li
 
 
 def _zeros(r: np.ndarray) -> np.ndarray:
-    return _steady(len(r), 0)[1]  # k = 0 drafts: zeros
-
-
-@functools.cache
-def _steady(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A steady step's tokens (1 + k), drafts (k) and samples (all) for ``n`` requests:
-    built once per size, read-only (every user copies or indexes them)."""
-    out = (np.full(n, 1 + k, np.int64), np.full(n, k, np.int64), np.ones(n, dtype=bool))
-    for a in out:
-        a.flags.writeable = False
-    return out
-
-
-def _accept_k(st: _ReqStates, r: np.ndarray, k: int) -> np.ndarray:
-    """:func:`_accept` of requests that all take ``k`` > 0 drafts."""
-    at = st.spec_pos[r]
-    st.spec_pos[r] = at + 1
-    drawn = at < st.accepted_end[r]
-    if _all(drawn):
-        if st.accepted_max <= 1 + k:  # drawn with k drafts: nothing to cap
-            return st.accepted_flat[at].astype(np.int64)
-        return np.minimum(st.accepted_flat[at], np.int64(1 + k))
-    accepted = np.ones(len(r), dtype=np.int64)
-    accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + k)
-    return accepted
-
-
-def _accept(st: _ReqStates, r: np.ndarray, drafts: np.ndarray) -> np.ndarray:
-    """True accepted counts (Request.accepted_at) of requests ``r`` taking ``drafts`` drafts;
-    a drafted step advances the request's speculative-step index."""
-    accepted = np.ones(len(r), dtype=np.int64)
-    has = drafts > 0
-    if _any(has):
-        at = st.spec_pos[r]
-        drawn = has & (at < st.accepted_end[r])
-        accepted[drawn] = np.minimum(st.accepted_flat[at[drawn]], 1 + drafts[drawn])
-        st.spec_pos[r[has]] += 1
-    return accepted
+    return steady_step(len(r), 0)[1]  # k = 0 drafts: zeros

@@ -35,7 +35,7 @@ RULES: dict[str, Rule] = {
     for r in (
         Rule("sched-extra-step", "avoid_extra_step",
              "async scheduling: a running request whose in-flight step is sure to reach "
-             "max_tokens is not scheduled again (sim.model.scheduling._sure_to_finish)"),
+             "max_tokens is not scheduled again (sim.model.scheduler_rules.sure_to_finish)"),
         Rule("sched-mamba-split", "mamba_split_rule",
              "align mode cuts prefill chunks by the {value!r} rule (engine.mamba_split_rule)"),
         Rule("sched-pad-decode", "pad_new_decode",

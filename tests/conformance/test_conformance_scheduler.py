@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from scheduler_cases import Case, case_for, compare
 
-import sim.model.scheduling as scheduling
+import sim.model.scheduler_rules as scheduler_rules
 
 BOUNDED_SEEDS = tuple(range(96))
 
@@ -72,5 +72,5 @@ def test_streams_cover_what_the_issue_asks() -> None:
 
 def test_removing_the_extra_step_rule_fails_the_suite(monkeypatch) -> None:
     """The suite can fail: sim without "avoid scheduling an extra step" differs from vLLM."""
-    monkeypatch.setattr(scheduling, "_sure_to_finish", lambda st, r, out_arr: None)
+    monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr: None)
     assert any(_failure(case_for(seed)) for seed in BOUNDED_SEEDS[:16])

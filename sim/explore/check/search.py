@@ -144,7 +144,7 @@ class Checker:
         out_lens = list(out_lens) + [0] * (len(reqs) - len(out_lens))
         # Each value compared at s above every earlier one is an output length that keeps the
         # earlier comparisons false: finish at its processing, or (async) the scheduler's
-        # "sure to reach max_tokens" skip (scheduling._sure_to_finish) one step before.
+        # "sure to reach max_tokens" skip (scheduler_rules.sure_to_finish) one step before.
         cands = []
         for i in range(len(reqs)):
             log = base.out_logs[i]

@@ -108,7 +108,7 @@ class Root:
     budget: int
     mode: str = "fixed"  # fixed | plain | relevant
     # Every request stops on EOS (unforeseen) instead of at max_tokens (the async scheduler's
-    # skip of scheduling._sure_to_finish); only async roots differ.
+    # skip of scheduler_rules.sure_to_finish); only async roots differ.
     eos: bool = False
 
 
