@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SIM = Path(__file__).resolve().parent.parent / "sim"
+ROOT = Path(__file__).resolve().parent.parent
+SIM = ROOT / "sim"
 ORDER = ["model", "runs", "explore", "hardware", "resolve", "cli"]
 # What each group may import from sim (besides sim.errors and itself).
 ALLOWED = {
@@ -103,3 +104,15 @@ def test_no_two_modules_import_each_other() -> None:
         graph[name] = _run_time_imports(path, package, set(names)) - {name}
     pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph[b]})
     assert not pairs, f"modules that import each other: {pairs}"
+
+
+def test_no_module_is_over_700_lines() -> None:
+    """A module owns one thing; past 700 lines it owns several (issue #21). Data lives in data
+    files (sim/resolve/release_facts.json), not in Python literals."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for pkg in ("sim", "gpu_check")
+        for p in (ROOT / pkg).rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 700
+    }
+    assert not long, f"modules over 700 lines: {long}"
