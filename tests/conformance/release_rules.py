@@ -462,7 +462,7 @@ def avoid_extra_step(t: Tree) -> Found:
     """``schedule()`` skips a running request whose in-flight step is sure to reach
     ``max_tokens``: an ``if`` testing ``num_output_placeholders > 0`` and
     ``num_computed_tokens + 2 - num_output_placeholders >= num_prompt_tokens + max_tokens``
-    whose body ends in ``continue`` (sim.model.scheduling._sure_to_finish). True when present;
+    whose body ends in ``continue`` (sim.model.scheduler_rules.sure_to_finish). True when present;
     the line is the condition's."""
     fn = _func(t.ast(SCHED), "schedule")
     for node in ast.walk(fn):
