@@ -12,10 +12,14 @@ operations in order (removals up to their order) and the layout.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+import scheduler_cases
 from scheduler_cases import Case, case_for, compare
 
 import sim.model.scheduler_rules as scheduler_rules
+import sim.model.scheduling as scheduling
 
 BOUNDED_SEEDS = tuple(range(96))
 
@@ -74,3 +78,48 @@ def test_removing_the_extra_step_rule_fails_the_suite(monkeypatch) -> None:
     """The suite can fail: sim without "avoid scheduling an extra step" differs from vLLM."""
     monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr: None)
     assert any(_failure(case_for(seed)) for seed in BOUNDED_SEEDS[:16])
+
+
+def _recompute_kept(st, v: int) -> None:
+    """``preempt`` without vLLM's recompute: the request keeps its computed tokens."""
+    st.preempted[v] = True
+    st.running[v] = False
+    st.blocks[v] = 0
+    st.epoch[v] += 1
+
+
+# A modelled rule removed (or the wrong release's rule put in its place), and the seeds of the
+# bounded suite whose streams exercise it: align streams are seed % 4 == 1, KV-limited ones
+# seed % 4 == 3 (scheduler_cases.case_for).
+PLANTS = {
+    "mamba_block_aligned_split": (
+        "aligned_chunk",
+        lambda nc, tokens, num_tokens, block, eagle, eng=None: tokens,
+        [s for s in BOUNDED_SEEDS if s % 4 == 1][:12],
+    ),
+    "kv_block_preemption": ("preempt", _recompute_kept, [s for s in BOUNDED_SEEDS if s % 4 == 3]),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(PLANTS))
+def test_removing_a_modelled_rule_fails_the_suite(rule: str, monkeypatch) -> None:
+    """Each plant changes one rule of sim's scheduler; some stream of the suite must see it.
+    (The avoided extra step: the test above. The rest — FCFS order, the token budget of a
+    chunked prefill, placeholders, the full-sequence fit — are the step loop's own lines.)"""
+    name, plant, seeds = PLANTS[rule]
+    assert all(_failure(case_for(seed)) is None for seed in seeds)  # the rule in place: agree
+    monkeypatch.setattr(scheduling, name, plant)
+    assert any(_failure(case_for(seed)) for seed in seeds), rule
+
+
+def test_another_releases_split_rule_fails_the_suite(monkeypatch) -> None:
+    """The release fact ``mamba_split_rule`` matters: the rule of a release that cuts align
+    chunks differently from the installed one makes some align stream differ."""
+    mine = scheduler_cases.FACTS["mamba_split_rule"][scheduler_cases.vllm.__version__].value
+    other = "boundary" if mine == "chunk" else "chunk"
+    facts = dict(scheduler_cases.FACTS)
+    facts["mamba_split_rule"] = {
+        v: replace(f, value=other) for v, f in scheduler_cases.FACTS["mamba_split_rule"].items()
+    }
+    monkeypatch.setattr(scheduler_cases, "FACTS", facts)
+    assert any(_failure(case_for(seed)) for seed in BOUNDED_SEEDS if seed % 4 == 1)
