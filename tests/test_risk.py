@@ -180,3 +180,30 @@ def test_the_vector_and_simpy_tiers_give_the_same_estimate(align_report) -> None
         vec = assess(setup, BALANCED, seeds=1, steps=300, mitigations=False)
         ref = assess(setup, BALANCED, seeds=1, steps=300, mitigations=False, engine="simpy")
         assert vec.to_dict() == ref.to_dict()
+
+
+def test_estimates_share_the_schedules_they_have_in_common(monkeypatch) -> None:
+    """A schedule is timing-free: the base and the mitigations that keep the engine and the
+    workload (model runner V2 here) run on the same schedules, built once per seed; the same
+    report either way."""
+    import sim.resolve.risk as risk
+
+    built: list[tuple] = []
+    real = risk.build_schedule
+
+    def counting(sc, seed, steps):
+        built.append((sc.engine, sc.workload, seed, steps))
+        return real(sc, seed, steps)
+
+    monkeypatch.setattr(risk, "build_schedule", counting)
+    shared = assess(VllmSetup(vllm="0.27.1"), seeds=2, steps=60)
+    assert len(built) == len(set(built))  # nothing built twice
+    estimates = 1 + sum(m.estimate is not None for m in shared.mitigations)
+    assert len(built) < 2 * estimates  # some estimate ran on schedules it did not build
+    monkeypatch.setattr(risk, "simulate_rates", _without_sharing(risk.simulate_rates))
+    alone = assess(VllmSetup(vllm="0.27.1"), seeds=2, steps=60)
+    assert json.dumps(alone.to_dict()) == json.dumps(shared.to_dict())
+
+
+def _without_sharing(f):
+    return lambda sc, pol, seeds, steps, engine, schedules=None: f(sc, pol, seeds, steps, engine)

@@ -101,16 +101,30 @@ def generations(schedule: Schedule) -> int:
 
 
 def simulate_rates(
-    scenario: Scenario, policy: Policy, seeds: int, steps: int, engine: str = ENGINES[0]
+    scenario: Scenario,
+    policy: Policy,
+    seeds: int,
+    steps: int,
+    engine: str = ENGINES[0],
+    schedules: dict | None = None,
 ) -> RateEstimate:
-    """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them."""
+    """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them.
+
+    ``schedules``: a cache shared between calls. A schedule is timing-free (it depends on the
+    engine, the workload, the seed and the step count only), so estimates that differ in
+    policy or timing alone run on the same schedules instead of building them again."""
     if engine not in ENGINES:
         raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
     gens = corrupted = wrong_steps = gpu_wrong = lost = total_steps = 0
     by_kind: dict[str, int] = {}
     step_ns = tok = 0.0
     for seed in range(seeds):
-        sched = build_schedule(scenario, seed, steps)
+        key = (scenario.engine, scenario.workload, seed, steps)
+        sched = schedules.get(key) if schedules is not None else None
+        if sched is None:
+            sched = build_schedule(scenario, seed, steps)
+            if schedules is not None:
+                schedules[key] = sched
         if engine == "vector":
             res = simulate_points(
                 sched, [scenario.timing], policy, seed, keep_reads=False, keep_timing=False
@@ -333,12 +347,15 @@ def assess(
     if res.policy == NO_SPEC:
         return RiskReport(setup, res, scenario, None, (), source)
     cache: dict[tuple[str, bool, bool], RateEstimate] = {}
+    schedules: dict = {}  # shared by the estimates: same engine and workload, same schedule
 
     def estimate(r: Resolution) -> RateEstimate:
         key = (r.policy, r.async_scheduling, r.prefix_caching)
         if key not in cache:
             sc = build_scenario(r, overrides)
-            cache[key] = simulate_rates(sc, policy_object(r.policy), seeds, steps, engine)
+            cache[key] = simulate_rates(
+                sc, policy_object(r.policy), seeds, steps, engine, schedules
+            )
         return cache[key]
 
     base = estimate(res)
