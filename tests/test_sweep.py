@@ -242,3 +242,12 @@ def test_sweep_cli_engine_flag(tmp_path: Path) -> None:
                        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))  # fmt: skip
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "--engine simpy" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+def test_auto_workers_runs_serially_where_a_cluster_does_not_pay() -> None:
+    from sim.explore.sweep import AUTO_MIN_CORES, auto_workers
+
+    assert auto_workers(100, cores=2) == 1  # this machine: never slower than serial
+    assert auto_workers(3, cores=16) == 1  # fewer points than cores
+    assert auto_workers(100, cores=16) == 16
+    assert auto_workers(AUTO_MIN_CORES, cores=AUTO_MIN_CORES) == AUTO_MIN_CORES

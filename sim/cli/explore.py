@@ -322,8 +322,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a new directory, or a sweep to resume/extend")  # fmt: skip
     w.add_argument(
         "--workers", type=int_in(0, 4096, "0..4096"), default=0,
-        help="Dask LocalCluster processes (0: one per core; "
-        "1: serial in this process)"
+        help="Dask LocalCluster processes (0: one per core where that pays, from 4 cores "
+        "and as many points, else serial; 1: serial in this process)"
     )  # fmt: skip
     w.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="an existing Dask cluster: [tcp://]HOST:PORT")  # fmt: skip
