@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
 OUT=docs/images
-WORKERS=${WORKERS:-0}   # sweeps on a Dask LocalCluster, one worker per core (1: serial)
+WORKERS=${WORKERS:-0}   # 0: a Dask LocalCluster where it pays (sweep --workers), 1: serial
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$OUT"

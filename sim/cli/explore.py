@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from sim.errors import SpecraceError
@@ -126,7 +127,7 @@ def save_figure(fig, path: Path, fmt: str) -> None:
 
 # -- sweep ------------------------------------------------------------------------------------
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.explore.sweep import SweepSpec, parse_vary, run_sweep, terminal_log
+    from sim.explore.sweep import AUTO_MIN_CORES, SweepSpec, parse_vary, run_sweep, terminal_log
     from sim.model.params import load_scenario
 
     policies = tuple(p.name for p in select(args.policy))
@@ -149,7 +150,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             import distributed  # noqa: F401
         except ImportError:
-            print("note: Dask is not installed (pip install 'specrace[dask]'): running serially")
+            if workers > 1 or (os.cpu_count() or 1) >= AUTO_MIN_CORES:  # else serial anyway
+                print("note: Dask is not installed (pip install 'specrace[dask]'): serial")
             workers = 1
     df = run_sweep(
         spec, Path(args.out), log=terminal_log(args.quiet), workers=workers,
