@@ -70,6 +70,19 @@ class InputBatchRows:
         self._removed_sorted = False
         self.ops: list[RowOp] = []
 
+    def copy(self) -> InputBatchRows:
+        new = object.__new__(InputBatchRows)
+        new.max_num_reqs = self.max_num_reqs
+        new._req_ids = list(self._req_ids)
+        new.req_id_to_index = dict(self.req_id_to_index)
+        new.num_computed_tokens_cpu = self.num_computed_tokens_cpu.copy()
+        new.num_prompt_tokens = self.num_prompt_tokens.copy()
+        new.num_accepted_tokens_cpu = self.num_accepted_tokens_cpu.copy()
+        new._removed = list(self._removed)
+        new._removed_sorted = self._removed_sorted
+        new.ops = list(self.ops)
+        return new
+
     # -- views -------------------------------------------------------------------------
     @property
     def num_reqs(self) -> int:

@@ -37,8 +37,8 @@ class ReqStates:
         # req.accepted of every request back to back: request i's j-th speculative step
         # is accepted_flat[spec_pos[i]] (spec_pos[i] = its offset + j) while spec_pos[i] <
         # accepted_end[i], else 1.
-        lens = [len(r.accepted) for r in requests]
-        self.accepted_end = np.cumsum(np.array(lens, dtype=np.int64))
+        lens = np.array([len(r.accepted) for r in requests], dtype=np.int64)
+        self.accepted_end = np.cumsum(lens)
         self.accepted_flat = (
             np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
             if n
@@ -61,6 +61,47 @@ class ReqStates:
         self.running = np.zeros(n, dtype=bool)
         self.alive = np.ones(n, dtype=bool)  # not finished
         self.blocks = np.zeros(n, dtype=np.int64)  # KV blocks held (KV-limited runs)
+
+    def copy(self) -> ReqStates:
+        new = object.__new__(ReqStates)
+        new.__dict__.update(self.__dict__)
+        for name in _ARRAYS:
+            setattr(new, name, getattr(self, name).copy())
+        new.req_ids, new.arrival_step = list(self.req_ids), list(self.arrival_step)
+        new.output_len = list(self.output_len)
+        return new
+
+    def extend(self, requests: list[Request]) -> None:
+        """Requests arriving later, appended (their accepted counts: :meth:`rebind_outcomes`)."""
+        more = ReqStates(requests)
+        for name in _ARRAYS:
+            if name not in _ACCEPTED:
+                setattr(self, name, np.concatenate([getattr(self, name), getattr(more, name)]))
+        self.req_ids = self.req_ids + more.req_ids
+        self.arrival_step = self.arrival_step + more.arrival_step
+        self.output_len = self.output_len + more.output_len
+
+    def rebind_outcomes(self, requests: list[Request], drawn: np.ndarray) -> None:
+        """Every request's output length and accepted counts from ``requests``; ``drawn``: the
+        drafted steps each has taken so far (its next draw is its ``drawn``-th count)."""
+        self.output_len = [r.output_len for r in requests]
+        lens = np.array([len(r.accepted) for r in requests], dtype=np.int64)
+        self.accepted_end = np.cumsum(lens)
+        self.accepted_flat = (
+            np.concatenate([r.accepted for r in requests]).astype(np.int8)
+            if requests
+            else np.zeros(0, np.int8)
+        )
+        self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
+        self.spec_pos = self.accepted_end - lens + drawn
+
+
+_ACCEPTED = ("accepted_end", "accepted_flat", "spec_pos")
+_ARRAYS = (
+    *_ACCEPTED,
+    "prompt_len", "num_computed", "generated", "prefill_target", "prev_num_draft_len",
+    "placeholders", "length_stop", "epoch", "preempted", "running", "alive", "blocks",
+)  # fmt: skip
 
 
 def pad_new_decode(

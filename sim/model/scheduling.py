@@ -46,13 +46,12 @@ version it replaced (tests/test_schedule.py's golden file; ``python -m sim bench
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
-from sim.model import scheduler_rules as rules
 from sim.model.input_batch import (
     InputBatchRows,
     RowOp,
@@ -60,66 +59,9 @@ from sim.model.input_batch import (
 )
 from sim.model.params import EngineParams, Scenario
 from sim.model.schedule import Schedule, StepRecord
-from sim.model.scheduler_rules import (
-    ReqStates,
-    accept,
-    accept_k,
-    aligned_chunk,
-    all_set,
-    any_set,
-    pad_new_decode,
-    padded,
-    preempt,
-    steady_step,
-)
+from sim.model.scheduler_rules import ReqStates, all_set, any_set
+from sim.model.scheduler_step import Batch, Running, schedule_step
 from sim.model.workload import Request, draw_workload
-
-
-class _Running:
-    """The running requests (indices, in admission order) and, built once per change, the
-    same as an array."""
-
-    def __init__(self) -> None:
-        self.ids: list[int] = []
-        self._arr: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def array(self) -> np.ndarray:
-        if self._arr is None:
-            self._arr = np.array(self.ids, dtype=np.int64)
-        return self._arr
-
-    def append(self, i: int) -> None:
-        self.ids.append(i)
-        self._arr = None
-
-    def truncate(self, m: int) -> list[int]:
-        """Drop the requests from position ``m`` on; returns them."""
-        gone = self.ids[m:]
-        del self.ids[m:]
-        self._arr = None
-        return gone
-
-    def drop(self, gone: set[int]) -> None:
-        self.ids = [r for r in self.ids if r not in gone]
-        self._arr = None
-
-
-@dataclass(slots=True)
-class _Batch:
-    """One step's scheduled requests (in scheduling order), kept until their output."""
-
-    idx: np.ndarray  # request index
-    epoch: np.ndarray  # the request's epoch when scheduled
-    num_tokens: np.ndarray
-    drafts: np.ndarray
-    accepted: np.ndarray
-    samples: np.ndarray  # False for a partial prefill chunk (discarded row)
-    # Every request was running, decodes with k drafts and nobody was admitted: one region
-    # in the reorder (decode, or long_extend under threshold 1), every row samples.
-    uniform: bool = False
 
 
 def build_schedule(scenario: Scenario, seed: int, num_steps: int) -> Schedule:
@@ -154,36 +96,152 @@ def iter_schedule(
 
 
 def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Iterator[StepRecord]:
-    eng = scenario.engine
-    k = eng.num_speculative_tokens
-    lag = 2 if eng.async_scheduling else 1
-    st = ReqStates(requests)
-    ids = st.req_ids
-    n_req = len(ids)
-    id_index = {rid: i for i, rid in enumerate(ids)}
-    # Finishes by one array comparison where output_len are plain ints; sim.explore.check's
-    # probes (int subclasses that record each comparison) take the per-request loop.
-    out_arr = (
-        np.array(st.output_len, dtype=np.int64)
-        if all(type(x) is int for x in st.output_len)
-        else None
-    )
-    can_preempt = bool(eng.kv_cache_capacity_tokens)
-    next_arrival = 0
-    waiting: deque[int] = deque()
-    running = _Running()
-    in_flight: dict[int, _Batch] = {}
-    batch = InputBatchRows(eng.max_num_seqs)
-    # The previous step's layout: row -> request (and its req_ids), and request -> row
-    # (-1: no row) and request -> row if that row sampled (prev_req_id_to_index).
-    prev_req_of_row = np.zeros(0, dtype=np.int64)
-    prev_row_ids: list[str] = []
-    row_arr = np.full(n_req, -1, dtype=np.int64)
-    prev_arr = np.full(n_req, -1, dtype=np.int64)
-    mark = np.zeros(n_req, dtype=bool)  # scratch: scheduled or finished this step
-    prev_drafts_len = 0
+    run = EngineRun(scenario.engine, requests)
+    for _ in range(num_steps):
+        yield run.step()
 
-    for step in range(num_steps):
+
+_REBINDABLE = ("max_num_batched_tokens", "kv_cache_capacity_tokens")
+
+
+class EngineRun:
+    """The engine core and the worker between two steps: :meth:`step` runs the next one.
+    :meth:`fork` copies the state, to go on from the same step with other inputs
+    (sim.explore.check's search resumes each branch from its parent's step instead of from
+    step 0)."""
+
+    def __init__(self, eng: EngineParams, requests: list[Request]) -> None:
+        self.eng = eng
+        self.k = eng.num_speculative_tokens
+        self.lag = 2 if eng.async_scheduling else 1
+        self.requests = requests
+        self.st = st = ReqStates(requests)
+        n_req = len(st.req_ids)
+        self.id_index = {rid: i for i, rid in enumerate(st.req_ids)}
+        self.out_arr = _out_arr(st.output_len)
+        self.can_preempt = bool(eng.kv_cache_capacity_tokens)
+        self.step_no = 0
+        self.next_arrival = 0
+        self.waiting: deque[int] = deque()
+        self.running = Running()
+        self.in_flight: dict[int, Batch] = {}
+        self.batch = InputBatchRows(eng.max_num_seqs)
+        # The previous step's layout: row -> request (and its req_ids), and request -> row
+        # (-1: no row) and request -> row if that row sampled (prev_req_id_to_index).
+        self.prev_req_of_row = np.zeros(0, dtype=np.int64)
+        self.prev_row_ids: list[str] = []
+        self.row_arr = np.full(n_req, -1, dtype=np.int64)
+        self.prev_arr = np.full(n_req, -1, dtype=np.int64)
+        self.mark = np.zeros(n_req, dtype=bool)  # scratch: scheduled or finished this step
+        self.prev_drafts_len = 0
+
+    def fork(
+        self, eng: EngineParams | None = None, requests: list[Request] | None = None
+    ) -> EngineRun:
+        """An independent copy at the same step, going on with ``eng`` and ``requests`` if
+        given. The caller vouches that the steps run so far would have come out the same with
+        them (sim.explore.check knows it: every comparison its probes recorded so far has the
+        same outcome). What is checked here: only the token budget and the KV capacity change;
+        the requests so far keep their id, arrival, prompt, prefix hit and stop kind, and their
+        accepted counts only grow, by counts of drafted steps still in flight or not drawn yet;
+        new requests come after the others and arrive at the step reached or later.
+        Raises ValueError otherwise."""
+        new = object.__new__(EngineRun)
+        new.__dict__.update(self.__dict__)
+        new.st = self.st.copy()
+        new.waiting = deque(self.waiting)
+        new.running = self.running.copy()
+        new.in_flight = dict(self.in_flight)
+        new.batch = self.batch.copy()
+        new.row_arr = self.row_arr.copy()
+        new.prev_arr = self.prev_arr.copy()
+        new.mark = self.mark.copy()
+        new.id_index = dict(self.id_index)
+        if eng is not None and eng is not self.eng:
+            for f in dataclasses.fields(eng):
+                if f.name not in _REBINDABLE and getattr(eng, f.name) != getattr(self.eng, f.name):
+                    raise ValueError(f"fork: engine.{f.name} cannot change within a run")
+            new.eng = eng
+            new.can_preempt = bool(eng.kv_cache_capacity_tokens)
+        if requests is not None:
+            new._rebind(requests)
+        return new
+
+    def _rebind(self, requests: list[Request]) -> None:
+        old, st = self.requests, self.st
+        if len(requests) < len(old):
+            raise ValueError("fork: requests cannot be dropped within a run")
+        grown = []  # requests whose accepted counts grew
+        for i, (a, b) in enumerate(zip(old, requests)):  # noqa: B905 (requests may be longer)
+            if a is b:
+                continue
+            if (a.req_id, a.arrival_step, a.prompt_len, a.prefix_hit_tokens, a.eos) != (
+                b.req_id, b.arrival_step, b.prompt_len, b.prefix_hit_tokens, b.eos,
+            ):  # fmt: skip
+                raise ValueError(f"fork: request {a.req_id} changed more than its outcome")
+            if a.accepted is not b.accepted:
+                grown.append(i)
+        added = requests[len(old) :]
+        last = old[-1].arrival_step if old else 0
+        for r in added:
+            if r.arrival_step < max(self.step_no, last):
+                raise ValueError(f"fork: request {r.req_id} arrives before the step reached")
+            last = r.arrival_step
+        if not grown and not added:
+            st.output_len = [r.output_len for r in requests]
+        else:
+            old_lens = np.array([len(r.accepted) for r in old], dtype=np.int64)
+            drawn = st.spec_pos - (st.accepted_end - old_lens)  # drafted steps so far
+            for i in grown:
+                self._accept_in_flight(i, old[i].accepted, requests[i].accepted, int(drawn[i]))
+            if added:
+                st.extend(added)
+                for r in added:
+                    self.id_index[r.req_id] = len(self.id_index)
+                more = len(added)
+                self.row_arr = np.concatenate([self.row_arr, np.full(more, -1, np.int64)])
+                self.prev_arr = np.concatenate([self.prev_arr, np.full(more, -1, np.int64)])
+                self.mark = np.concatenate([self.mark, np.zeros(more, dtype=bool)])
+                drawn = np.concatenate([drawn, np.zeros(more, np.int64)])
+            st.rebind_outcomes(requests, drawn)
+        self.out_arr = _out_arr(st.output_len)
+        self.requests = requests
+
+    def _accept_in_flight(self, i: int, was: np.ndarray, now: np.ndarray, drawn: int) -> None:
+        """Request ``i``'s accepted counts grew from ``was`` to ``now``: the new counts of steps
+        already drafted go into their in-flight batches (they were drawn as 1)."""
+        if len(now) < len(was) or not np.array_equal(now[: len(was)], was):
+            raise ValueError(f"fork: request {self.st.req_ids[i]}'s accepted counts changed")
+        if len(now) == len(was):
+            return
+        occ = []  # (step, position) of i's drafted steps in flight, in step order
+        for t in sorted(self.in_flight):
+            b = self.in_flight[t]
+            pos = np.flatnonzero((b.idx == i) & (b.drafts > 0))
+            occ += [(t, int(p)) for p in pos]
+        first = drawn - len(occ)  # the draw index of the first one
+        for x in range(len(was), min(len(now), drawn)):
+            if x < first:
+                raise ValueError(
+                    f"fork: request {self.st.req_ids[i]}'s step output was already processed"
+                )
+            t, p = occ[x - first]
+            b = self.in_flight[t]
+            acc = b.accepted.copy()
+            acc[p] = min(int(now[x]), 1 + int(b.drafts[p]))
+            self.in_flight[t] = dataclasses.replace(b, accepted=acc)
+
+    def step(self) -> StepRecord:
+        """Engine step ``step_no``: update_from_output, schedule, then the worker's
+        ``_update_states``; its record."""
+        step = self.step_no
+        eng, k, lag, st = self.eng, self.k, self.lag, self.st
+        ids, requests, id_index = st.req_ids, self.requests, self.id_index
+        out_arr, can_preempt, next_arrival = self.out_arr, self.can_preempt, self.next_arrival
+        waiting, running, in_flight, batch = self.waiting, self.running, self.in_flight, self.batch
+        prev_req_of_row, prev_row_ids = self.prev_req_of_row, self.prev_row_ids
+        row_arr, prev_arr, mark = self.row_arr, self.prev_arr, self.mark
+        prev_drafts_len = self.prev_drafts_len
         # update_from_output(step - lag): apply true accepted counts, detect finishes.
         finished: list[str] = []
         done_rows: list[int] = []
@@ -245,7 +303,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             waiting.append(next_arrival)
             next_arrival += 1
 
-        sched, new_ids, new_pos = _schedule_step(st, running, waiting, eng, k, out_arr)
+        sched, new_ids, new_pos = schedule_step(st, running, waiting, eng, k, out_arr)
         in_flight[step] = sched
         if eng.async_scheduling:
             st.placeholders[sched.idx] += np.where(sched.samples, 1 + sched.drafts, 0)
@@ -318,7 +376,7 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
         else:  # no row op: the previous layout, every scheduled request in its row
             row_ids, req_of_row = list(prev_row_ids), prev_req_of_row
         n_ops = len(batch.ops)
-        if sched.uniform:  # one region (see _Batch.uniform): the reorder moves nothing
+        if sched.uniform:  # one region (see Batch.uniform): the reorder moves nothing
             pass
         elif reorder_batch_to_split_decodes_and_prefills(
             batch, _by_row(sched.num_tokens, row_of), eng.reorder_batch_threshold
@@ -360,274 +418,21 @@ def _steps(scenario: Scenario, requests: list[Request], num_steps: int) -> Itera
             prev_positions=prev_of[at],
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
-        yield rec
-        prev_req_of_row, prev_row_ids = req_of_row, row_ids
-        prev_drafts_len = n
         # The scheduler's num_computed advances by what it scheduled (optimistic).
         st.num_computed[idx] += sched.num_tokens
+        self.prev_req_of_row, self.prev_row_ids = req_of_row, row_ids
+        self.prev_drafts_len = n
+        self.next_arrival = next_arrival
+        self.step_no = step + 1
+        return rec
 
 
-def _schedule_step(
-    st: ReqStates,
-    running: _Running,
-    waiting: deque[int],
-    eng: EngineParams,
-    k: int,
-    out_arr: np.ndarray | None = None,
-) -> tuple[_Batch, list[str], list[int]]:
-    """FCFS: running requests first in admission order, then waiting ones. Returns the
-    batch, the new requests' ids and their positions in it. ``out_arr``: every request's
-    output_len as an array (None: compare the values one by one, see
-    :func:`sim.model.scheduler_rules.sure_to_finish`)."""
-    if eng.kv_cache_capacity_tokens:
-        return _schedule_step_kv(st, running, waiting, eng, k, out_arr)
-    budget = eng.max_num_batched_tokens
-    preempted: list[int] = []
-    parts: list[tuple[np.ndarray, ...]] = []
-    steady = False
-    block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
-    epoch_of = _zeros  # without a KV limit nothing is preempted: every epoch stays 0
-    if running:
-        r = running.array()
-        if eng.async_scheduling:
-            sure = rules.sure_to_finish(st, r, out_arr)
-            if sure is not None:
-                r = r[~sure]
-    if running and len(r):
-        nc, tgt = st.num_computed[r], st.prefill_target[r]
-        prefill = nc < tgt
-        if len(r) * (1 + k) <= budget and not any_set(prefill):
-            # The steady state: every running request decodes with k drafts, and all fit.
-            budget -= len(r) * (1 + k)
-            steady = k > 0
-            tokens, drafts, samples = steady_step(len(r), k)
-            accepted = accept(st, r, drafts) if k == 0 else accept_k(st, r, k)
-            parts.append((r, epoch_of(r), tokens, drafts, accepted, samples))
-        elif block and any_set(prefill):
-            tokens_l, take = [], []
-            for j, (nc_j, tgt_j) in enumerate(zip(nc.tolist(), tgt.tolist(), strict=True)):
-                if budget <= 0:
-                    break
-                want = min(tgt_j - nc_j if nc_j < tgt_j else 1 + k, budget)
-                if nc_j < tgt_j:
-                    want = aligned_chunk(nc_j, want, tgt_j, block, k > 0, eng)
-                if want:  # a cut to nothing: this request waits, the next may fit (vLLM)
-                    take.append(j)
-                    tokens_l.append(want)
-                    budget -= want
-            sel = np.array(take, dtype=np.int64)
-            r, nc, tgt, prefill = r[sel], nc[sel], tgt[sel], prefill[sel]
-            tokens = np.array(tokens_l, dtype=np.int64)
-            drafts = np.where(prefill, 0, tokens - 1)
-            samples = ~prefill | (nc + tokens >= tgt)
-            parts.append((r, epoch_of(r), tokens, drafts, accept(st, r, drafts), samples))
-        else:
-            # Each running request takes its whole demand (the rest of its prefill, or
-            # 1 + k) while the budget lasts; the first that does not fit takes what is left.
-            demand = np.where(prefill, tgt - nc, 1 + k)
-            cum = np.cumsum(demand)
-            n_full = int(np.searchsorted(cum, budget, side="right"))
-            left = budget - (int(cum[n_full - 1]) if n_full else 0)
-            n_take = n_full + (1 if n_full < len(r) and left > 0 else 0)
-            tokens = demand[:n_take].copy()
-            if n_take > n_full:
-                tokens[-1] = left
-            r, nc, tgt, prefill = r[:n_take], nc[:n_take], tgt[:n_take], prefill[:n_take]
-            budget -= int(tokens.sum())
-            drafts = np.where(prefill, 0, tokens - 1)
-            samples = ~prefill | (nc + tokens >= tgt)
-            parts.append((r, epoch_of(r), tokens, drafts, accept(st, r, drafts), samples))
-    new_ids: list[str] = []
-    new_pos: list[int] = []
-    pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
-    # any running request scheduled, any of them in prefill (for pad_new_decode)
-    sched_running = pos > 0
-    prefill_sched = sched_running and not steady and any_set(prefill)
-    admitted: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
-    while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
-        nc_w, tgt_w = int(st.num_computed[waiting[0]]), int(st.prefill_target[waiting[0]])
-        pad = pad_new_decode(eng, k, nc_w, tgt_w, sched_running, prefill_sched)
-        if pad and 1 + k > budget:
-            break  # vLLM prefers not scheduling it to scheduling it unpadded
-        # the cut comes before admission: a request cut to nothing stays waiting
-        cut = block and not pad and nc_w < tgt_w
-        if cut and not aligned_chunk(nc_w, min(tgt_w - nc_w, budget), tgt_w, block, k > 0, eng):
-            break
-        i = waiting.popleft()
-        running.append(i)
-        st.running[i] = True
-        if not st.preempted[i]:
-            new_ids.append(st.req_ids[i])
-            new_pos.append(pos)
-        pos += 1
-        st.preempted[i] = False
-        nc_i, tgt_i = int(st.num_computed[i]), int(st.prefill_target[i])
-        item: tuple[int, int, int, bool]
-        if pad:
-            item = padded(nc_i, tgt_i, block, k, eng)
-            item = (i, *item[1:])
-        elif nc_i < tgt_i:
-            tokens_i = min(tgt_i - nc_i, budget)
-            if block:
-                tokens_i = aligned_chunk(nc_i, tokens_i, tgt_i, block, k > 0, eng)
-            item = (i, 0, tokens_i, nc_i + tokens_i >= tgt_i)
-        else:
-            nd = min(k, budget - 1)
-            item = (i, nd, 1 + nd, True)
-        admitted.append(item)
-        budget -= item[2]
-    if admitted:  # one part for all admitted requests (each request once: order-free draws)
-        a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*admitted, strict=True))
-        one = np.array(a_idx, dtype=np.int64)
-        drafts_a = np.array(a_drafts, dtype=np.int64)
-        parts.append(
-            (
-                one,
-                st.epoch[one],
-                np.array(a_tokens, dtype=np.int64),
-                drafts_a,
-                accept(st, one, drafts_a),
-                np.array(a_samples, dtype=bool),
-            )
-        )
-    if not parts:
-        z = np.zeros(0, dtype=np.int64)
-        return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
-    if len(parts) == 1:  # running or admitted requests only: no concatenation
-        idx, epoch, tokens, drafts, accepted, samples = parts[0]
-    else:
-        idx, epoch, tokens, drafts, accepted, samples = (
-            np.concatenate(c) for c in zip(*parts, strict=True)
-        )
-    uniform = steady and not admitted
-    return _Batch(idx, epoch, tokens, drafts, accepted, samples, uniform), new_ids, new_pos
-
-
-def _schedule_step_kv(
-    st: ReqStates,
-    running: _Running,
-    waiting: deque[int],
-    eng: EngineParams,
-    k: int,
-    out_arr: np.ndarray | None,
-) -> tuple[_Batch, list[str], list[int]]:
-    """:func:`_schedule_step` under a KV limit, request by request as vLLM's ``schedule()``
-    (v0.24.0 v1/core/sched/scheduler.py L430-580, L640-960) with full-attention blocks of
-    ``engine.kv_block_size`` tokens (kv_cache_manager.py ``allocate_slots``):
-
-    - a running request needs ``ceil((num_computed + new + k) / B)`` blocks (k lookahead slots
-      for an EAGLE/MTP drafter); blocks are kept until it finishes or is preempted;
-    - if they do not fit, the last running request is preempted (``self.running.pop()``,
-      prepended to the waiting queue, num_computed 0), until they fit or the request itself
-      was preempted, which ends the running pass; a step that preempts admits nobody;
-    - a waiting request is admitted only if its whole sequence so far fits
-      (``scheduler_reserve_full_isl``: ``full_sequence_must_fit``), then its chunk + k;
-      the first that does not fit stops admission;
-    - a resumed request recomputes its prompt and every token appended so far.
-
-    Capacity ``engine.kv_cache_capacity_tokens`` = usable blocks * B (vLLM's pool less its
-    null block). Every comparison is ``tokens > capacity`` so sim.explore.check's probe sees
-    each sum. Prefix-cache sharing of blocks between requests is not counted."""
-    budget = eng.max_num_batched_tokens
-    cap = eng.kv_cache_capacity_tokens
-    bs = eng.kv_block_size
-    block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
-    used = int(st.blocks[running.ids].sum()) if running.ids else 0
-    skip: set[int] = set()
-    if eng.async_scheduling and running.ids:
-        r = running.array()
-        sure = rules.sure_to_finish(st, r, out_arr)
-        if sure is not None:
-            skip = set(r[sure].tolist())
-    items: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
-    was_prefill: list[bool] = []  # per scheduled running request
-    preempted = False
-    ids = running.ids
-    j = 0
-    while j < len(ids) and budget > 0:
-        i = ids[j]
-        if i in skip:
-            j += 1
-            continue
-        nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
-        want = min(tgt - nc if nc < tgt else 1 + k, budget)
-        if block and nc < tgt:
-            want = aligned_chunk(nc, want, tgt, block, k > 0, eng)
-        if not want:
-            j += 1
-            continue
-        need = max(0, -(-(nc + want + k) // bs) - int(st.blocks[i]))
-        fits = True
-        while (used + need) * bs > cap:
-            v = ids.pop()
-            running._arr = None
-            used -= int(st.blocks[v])
-            preempt(st, v)
-            waiting.appendleft(v)
-            preempted = True
-            if v == i:
-                fits = False
-                break
-        if not fits:
-            break
-        st.blocks[i] += need
-        used += need
-        prefill = nc < tgt
-        was_prefill.append(prefill)
-        items.append((i, 0 if prefill else want - 1, want, not prefill or nc + want >= tgt))
-        budget -= want
-        j += 1
-    new_ids: list[str] = []
-    new_pos: list[int] = []
-    sched_running = bool(items)
-    prefill_sched = any(was_prefill)
-    while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
-        i = waiting[0]
-        if st.preempted[i]:  # recompute everything appended so far
-            st.prefill_target[i] = st.prompt_len[i] + st.generated[i]
-        nc, tgt = int(st.num_computed[i]), int(st.prefill_target[i])
-        pad = pad_new_decode(eng, k, nc, tgt, sched_running, prefill_sched)
-        if pad and 1 + k > budget:
-            break
-        want = min(tgt - nc, budget)
-        if pad:
-            _, pad_drafts, want, _ = padded(nc, tgt, block, k, eng)
-        elif block:
-            want = aligned_chunk(nc, want, tgt, block, k > 0, eng)
-            if not want:
-                break
-        full = -(-int(st.prompt_len[i] + st.generated[i]) // bs)
-        if (used + full) * bs > cap:
-            break
-        need = -(-(nc + want + k) // bs)
-        if (used + need) * bs > cap:
-            break
-        waiting.popleft()
-        st.blocks[i] = need
-        used += need
-        running.append(i)
-        st.running[i] = True
-        if not st.preempted[i]:
-            new_ids.append(st.req_ids[i])
-            new_pos.append(len(items))
-        st.preempted[i] = False
-        items.append((i, pad_drafts if pad else 0, want, nc + want >= tgt))
-        budget -= want
-    if not items:
-        z = np.zeros(0, dtype=np.int64)
-        return _Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
-    a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*items, strict=True))
-    idx = np.array(a_idx, dtype=np.int64)
-    drafts = np.array(a_drafts, dtype=np.int64)
-    batch = _Batch(
-        idx,
-        st.epoch[idx],
-        np.array(a_tokens, dtype=np.int64),
-        drafts,
-        accept(st, idx, drafts),
-        np.array(a_samples, dtype=bool),
-    )
-    return batch, new_ids, new_pos
+def _out_arr(output_len: list) -> np.ndarray | None:
+    """Finishes by one array comparison where output_len are plain ints; sim.explore.check's
+    probes (int subclasses that record each comparison) take the per-request loop."""
+    if all(type(x) is int for x in output_len):
+        return np.array(output_len, dtype=np.int64)
+    return None
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:
@@ -653,7 +458,3 @@ def _replay(layout: list[int], ops: list[RowOp], id_index: dict[str, int]) -> li
         else:
             layout[op.a], layout[op.b] = layout[op.b], layout[op.a]
     return layout
-
-
-def _zeros(r: np.ndarray) -> np.ndarray:
-    return steady_step(len(r), 0)[1]  # k = 0 drafts: zeros

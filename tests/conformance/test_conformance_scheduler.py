@@ -19,7 +19,7 @@ import scheduler_cases
 from scheduler_cases import Case, case_for, compare
 
 import sim.model.scheduler_rules as scheduler_rules
-import sim.model.scheduling as scheduling
+import sim.model.scheduler_step as scheduler_step
 
 BOUNDED_SEEDS = tuple(range(96))
 
@@ -108,7 +108,7 @@ def test_removing_a_modelled_rule_fails_the_suite(rule: str, monkeypatch) -> Non
     chunked prefill, placeholders, the full-sequence fit — are the step loop's own lines.)"""
     name, plant, seeds = PLANTS[rule]
     assert all(_failure(case_for(seed)) is None for seed in seeds)  # the rule in place: agree
-    monkeypatch.setattr(scheduling, name, plant)
+    monkeypatch.setattr(scheduler_step, name, plant)
     assert any(_failure(case_for(seed)) for seed in seeds), rule
 
 
