@@ -15,6 +15,7 @@ from gpu_check.replay import ReplayConfig, ScriptedCounts, replay
 from sim.cli.main import main
 from sim.explore import check as check_mod
 from sim.explore.check import (
+    Checker,
     Space,
     _Probe,
     all_policy_names,
@@ -26,7 +27,7 @@ from sim.explore.check import (
 )
 from sim.explore.shrink import deterministic, model_landing, read_of, realize
 from sim.model.params import TimingParams
-from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy
+from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy, named
 from sim.model.scheduling import build_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,6 +289,18 @@ def test_admission_splits_the_capacity_class() -> None:
         assert schedule_key(sched.steps) == schedule_key(cx.records), story(cx)
         seen += 1
     assert seen >= 1
+
+
+def test_every_resumed_run_is_the_run_from_step_0(small) -> None:
+    """The search runs only each node's last step, from a fork of its parent's state
+    (EngineRun.fork); verified, every one of those runs is also run from step 0 and must give
+    the same record and the same probe logs, and the result is the unverified search's."""
+    checker = Checker(Space(2, 3, 3), [named(n) for n in all_policy_names()], verify_resume=True)
+    res = checker.run()
+    assert checker.verified > 4000
+    assert json.dumps(result_json(res), sort_keys=True) == json.dumps(
+        result_json(small), sort_keys=True
+    )
 
 
 def test_every_leaf_is_a_schedule_of_every_capacity_in_its_class(monkeypatch) -> None:

@@ -70,7 +70,11 @@ class CheckResult:
 
 class Checker:
     def __init__(
-        self, space: Space, policies: list[Policy], concrete: set[str] | None = None
+        self,
+        space: Space,
+        policies: list[Policy],
+        concrete: set[str] | None = None,
+        verify_resume: bool = False,
     ) -> None:
         space.check()
         self.space = space
@@ -93,6 +97,9 @@ class Checker:
         self.runs = 0
         self.evaluations = 0
         self._cache: dict = {}
+        # Also run every resumed run from step 0 and compare (tests/test_check.py).
+        self.verify_resume = verify_resume
+        self.verified = 0
 
     # -- tree ------------------------------------------------------------------------------
     def roots(self) -> Iterator[Root]:
@@ -108,7 +115,7 @@ class Checker:
             pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
             init = (tuple([1] * self.space.max_rows), tuple([1] * self.space.max_rows))
             frontiers: dict[str, dict[tuple, list]] = {p.name: {init: [1, [], None]} for p in pols}
-            self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0)
+            self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0, None)
         return CheckResult(
             self.space,
             {a: len(k) for a, k in self.leaf_keys.items()},
@@ -129,18 +136,31 @@ class Checker:
     def _lag(self, root: Root) -> int:
         return 2 if root.async_scheduling else 1
 
-    def _run(self, root, reqs, cap, steps) -> _Run:
+    def _run(self, root, reqs, cap, steps, parent: _Run | None) -> _Run:
+        """Steps 0..steps-1 of ``reqs``; ``parent``: the run of the prefix (steps 0..steps-2)
+        whose last step this one resumes from (None at step 0)."""
         self.runs += 1
         if len(self._cache) > 200_000:
             self._cache.clear()
-        return _run(self.space, root, reqs, cap, steps, self._cache)
+        run = _run(self.space, root, reqs, cap, steps, self._cache, parent)
+        if self.verify_resume and parent is not None:
+            whole = _run(self.space, root, reqs, cap, steps)
+            if (_record_key(run.record), run.out_logs, run.cap_log) != (
+                _record_key(whole.record), whole.out_logs, whole.cap_log,
+            ):  # fmt: skip
+                raise AssertionError(f"resumed run differs from the whole run: {root} {reqs}")
+            self.verified += 1
+        return run
 
-    def _expand(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len) -> None:
-        """Children of the prefix ``records`` (steps 0..s-1): every choice for step s."""
+    def _expand(
+        self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, parent
+    ) -> None:
+        """Children of the prefix ``records`` (steps 0..s-1, run as ``parent``): every choice
+        for step s."""
         s = len(records)
         self.nodes += 1
         # 1. finishes: requests whose output is compared at step s
-        base = self._run(root, reqs, cap_iv[1], s + 1)
+        base = self._run(root, reqs, cap_iv[1], s + 1, parent)
         out_lens = list(out_lens) + [0] * (len(reqs) - len(out_lens))
         # Each value compared at s above every earlier one is an output length that keeps the
         # earlier comparisons false: finish at its processing, or (async) the scheduler's
@@ -163,26 +183,30 @@ class Checker:
             lo, hi = cap_iv
             while hi >= lo:
                 run = (
-                    base if (not any(mask) and hi == cap_iv[1]) else self._run(root, r1t, hi, s + 1)
+                    base
+                    if (not any(mask) and hi == cap_iv[1])
+                    else self._run(root, r1t, hi, s + 1, parent)
                 )
                 at_s = run.cap_log[cap_len:]
                 stop = [v for v in at_s if v <= hi]
                 cls_lo = max(lo, max(stop)) if stop else lo  # every sum <= hi compared
                 preempting = any(v > hi for v in at_s)
-                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, cap_len)
+                args = (pols, r1t, (cls_lo, hi), records, frontiers, new_out, cap_len, parent)
                 if preempting and root.mode == "plain":
                     # a preemption fixes the budget (its recompute may exceed 1 + k tokens):
                     # the small budget's child, and the unlimited one's (same comparisons)
                     self._arrivals(replace(root, mode="fixed"), *args, run, preempting)
                     big = replace(root, budget=BIG_BUDGET, mode="fixed")
-                    self._arrivals(big, *args, self._run(big, r1t, hi, s + 1), preempting)
+                    big_run = self._run(big, r1t, hi, s + 1, parent)
+                    self._arrivals(big, *args, big_run, preempting)
                 else:
                     self._arrivals(root, *args, run, preempting)
                 hi = cls_lo - 1
 
     def _arrivals(
-        self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run, preempting
-    ):
+        self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, parent, run,
+        preempting,
+    ):  # fmt: skip
         """3. admitted arrival sequences at step s (the empty one first). A chunked arrival
         in a plain subtree fixes the budget: both budgets' runs are followed from there.
         Admitting an arrival compares its blocks with the KV capacity (vLLM's allocate_slots
@@ -196,7 +220,7 @@ class Checker:
             self._accepted(
                 sub, pols, cur, iv, records, frontiers, out_lens, len(cur_run.cap_log), cur_run
             )
-            rec = cur_run.records[s]
+            rec = cur_run.record
             # The scheduler admits only with budget left and a free row (scheduling.py
             # _schedule_step): skip the runs that cannot admit anyone. A preemption at this
             # step blocks admission too.
@@ -215,22 +239,22 @@ class Checker:
                 for f in forks:
                     lo, hi = iv
                     while hi >= lo:
-                        r = self._run(f, nxt, hi, s + 1)
+                        r = self._run(f, nxt, hi, s + 1, parent)
                         stop = [v for v in r.cap_log[cap_len:] if v <= hi]
                         cls_lo = max(lo, max(stop)) if stop else lo
-                        if req_name(len(nxt) - 1) in r.records[s].new:
+                        if req_name(len(nxt) - 1) in r.record.new:
                             stack.append((nxt, r, f, (cls_lo, hi)))
                         hi = cls_lo - 1
 
     def _accepted(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, run):
         """4. accepted counts of step s's drafted rows, while they can change the schedule."""
         s = len(records)
-        rec = run.records[s]
+        rec = run.record
         drafted = [i for i in range(rec.num_reqs) if rec.drafts[i] > 0]
         affects = s + self._lag(root) < self.space.steps
         out = [len(x) for x in run.out_logs]  # comparisons up to step s
         if not drafted or not affects:
-            self._child(root, pols, reqs, cap_iv, records, rec, frontiers, out, cap_len)
+            self._child(root, pols, reqs, cap_iv, records, rec, frontiers, out, cap_len, run)
             return
         index = {req_name(i): i for i in range(len(reqs))}
         bounds = [int(1 + rec.drafts[i]) for i in drafted]
@@ -249,9 +273,9 @@ class Checker:
                 r1[j] = replace(r1[j], accepted=(*r1[j].accepted, v))
                 acc[row] = v
             child = replace(rec, accepted=acc)
-            self._child(root, pols, tuple(r1), cap_iv, records, child, frontiers, out, cap_len)
+            self._child(root, pols, tuple(r1), cap_iv, records, child, frontiers, out, cap_len, run)
 
-    def _child(self, root, pols, reqs, cap_iv, records, rec, frontiers, out_lens, cap_len):
+    def _child(self, root, pols, reqs, cap_iv, records, rec, frontiers, out_lens, cap_len, run):
         s = len(records)
         new_records = [*records, rec]
         last = s == self.space.steps - 1
@@ -294,7 +318,7 @@ class Checker:
             for name, ok in oks.items():
                 self.results[name].interleavings += ok
             return
-        self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len)
+        self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len, run)
 
     # -- evaluation ------------------------------------------------------------------------
     def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, count, trans):
@@ -456,6 +480,11 @@ def _merge(out: dict, state: State, n: int, wit: list, cnt) -> None:
         out[state] = [n, wit, cnt]
     else:
         cur[0] += n
+
+
+def _record_key(rec: StepRecord) -> tuple:
+    """Every field of a record, comparable."""
+    return tuple(v.tobytes() if isinstance(v, np.ndarray) else v for v in vars(rec).values())
 
 
 def schedule_key(records: list[StepRecord]) -> tuple:

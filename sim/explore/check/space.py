@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+import numpy as np
 
 from sim.errors import SpecraceError
 from sim.model.params import (
@@ -14,7 +15,8 @@ from sim.model.params import (
     WorkloadParams,
 )
 from sim.model.schedule import StepRecord
-from sim.model.scheduling import build_schedule
+from sim.model.scheduling import EngineRun
+from sim.model.workload import Request
 
 BIG = 10**7  # "never": an output length or a KV capacity no run reaches (MAX_TOKENS)
 # Prompt classes: (prompt_len, prefix_hit_tokens) as a function of the token budget.
@@ -164,28 +166,31 @@ def scenario_for(
     )
 
 
-class _CheckScenario(Scenario):
-    """A scenario whose ``to_dict`` (stored in the schedule, unused here) costs nothing:
-    ``dataclasses.asdict`` was half of every ``build_schedule`` call."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"engine": {"async_scheduling": self.engine.async_scheduling}}
-
-
 @dataclass
 class _Run:
-    records: list[StepRecord]
+    record: StepRecord  # the last step's
     out_logs: list[list[int]]  # per request: generated values compared with output_len
     cap_log: list[int]  # sums compared with the KV capacity
+    engine: EngineRun  # the state after the last step (the next step resumes from it)
 
 
 def _run(
-    space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int, cache: dict | None = None
+    space: Space,
+    root: Root,
+    reqs: tuple[Req, ...],
+    cap: int,
+    steps: int,
+    cache: dict | None = None,
+    resume: _Run | None = None,
 ) -> _Run:
-    """``build_schedule`` with probes in place of undecided output lengths and the capacity.
-    ``cache`` keeps the frozen parameter objects (and their probes) between runs."""
+    """Steps ``0..steps-1`` of the scheduler, with probes in place of undecided output lengths
+    and the capacity; the last step's record. ``resume``: a run that reached step
+    ``steps - 1`` with inputs that agree with these on every comparison made so far (the
+    search's parent): only the last step is run, from a copy of its state, and the probes'
+    logs start from its logs. ``cache`` keeps the frozen parameter objects (and their probes)
+    between runs."""
     cache = {} if cache is None else cache
-    scripted = []
+    requests = []
     logs: list[list[int] | None] = []
     for i, r in enumerate(reqs):
         key = (i, r, root.budget, root.eos)
@@ -193,16 +198,18 @@ def _run(
         if hit is None:
             prompt, prefix = class_prompt(r.cls, root.budget)
             log: list[int] | None = [] if r.output_len is None else None
-            if log is not None:
-                out: int = _Probe(BIG, log)
-            else:
-                assert r.output_len is not None
-                out = r.output_len
-            hit = cache[key] = (ScriptedRequest(req_name(i), r.arrival, prompt, out, r.accepted,
-                                                prefix, root.eos), log)  # fmt: skip
-        scripted.append(hit[0])
-        if hit[1] is not None:
-            hit[1].clear()
+            out = _Probe(BIG, log) if log is not None else r.output_len
+            assert out is not None
+            # one array per count tuple: a fork sees unchanged counts by identity
+            acc = cache.get(("accepted", r.accepted))
+            if acc is None:
+                acc = cache[("accepted", r.accepted)] = np.asarray(r.accepted, dtype=np.int8)
+            hit = cache[key] = (Request(req_name(i), r.arrival, prompt, out, prefix, acc,
+                                        root.eos), log)  # fmt: skip
+        requests.append(hit[0])
+        if hit[1] is not None:  # its comparisons so far: the parent's (none if it is new)
+            before = resume.out_logs if resume is not None else []
+            hit[1][:] = before[i] if i < len(before) else ()
         logs.append(hit[1])
     ekey = ("engine", root.budget, root.async_scheduling, root.threshold_is_one, cap)
     if ekey not in cache:
@@ -219,13 +226,14 @@ def _run(
             cap_log,
         )
     eng, cap_log = cache[ekey]
-    cap_log.clear()
-    scn = _CheckScenario(
-        "check", "", steps, eng, WorkloadParams(arrival="scripted", requests=tuple(scripted)),
-        _TIMING,
-    )  # fmt: skip
-    records = build_schedule(scn, 0, steps).steps
-    return _Run(records, [list(x) if x is not None else [] for x in logs], list(cap_log))
-
-
-_TIMING = TimingParams()
+    cap_log[:] = resume.cap_log if resume is not None else ()
+    if resume is not None:
+        if resume.engine.step_no != steps - 1:
+            raise ValueError(f"resume at step {resume.engine.step_no}, not {steps - 1}")
+        engine = resume.engine.fork(eng, requests)
+        record = engine.step()
+    else:
+        engine = EngineRun(eng, requests)
+        for _ in range(steps):
+            record = engine.step()
+    return _Run(record, [list(x) if x is not None else [] for x in logs], list(cap_log), engine)
