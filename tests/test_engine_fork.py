@@ -15,8 +15,8 @@ from sim.model.scheduling import EngineRun
 from sim.model.workload import draw_workload
 
 
-def _key(rec) -> tuple:
-    return tuple(v.tobytes() if isinstance(v, np.ndarray) else v for v in vars(rec).values())
+def _key(rec) -> dict:
+    return rec.to_json()
 
 
 def _records(eng, requests, steps, fork_at=None, later=()):

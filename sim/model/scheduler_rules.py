@@ -37,17 +37,9 @@ class ReqStates:
         # req.accepted of every request back to back: request i's j-th speculative step
         # is accepted_flat[spec_pos[i]] (spec_pos[i] = its offset + j) while spec_pos[i] <
         # accepted_end[i], else 1.
-        lens = np.array([len(r.accepted) for r in requests], dtype=np.int64)
-        self.accepted_end = np.cumsum(lens)
-        self.accepted_flat = (
-            np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
-            if n
-            else np.zeros(0, np.int8)
-        )
-        self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
+        self._set_accepted(requests, np.zeros(n, dtype=np.int64))
         self.num_computed = np.zeros(n, dtype=np.int64)  # scheduler's optimistic view
         self.generated = np.zeros(n, dtype=np.int64)  # confirmed by update_from_output
-        self.spec_pos = self.accepted_end - lens  # each request's offset + its drafted steps
         self.prefill_target = np.zeros(n, dtype=np.int64)  # prompt, or recompute
         self.prev_num_draft_len = np.zeros(n, dtype=np.int64)  # CachedRequestState's
         # Request.num_output_placeholders (async scheduling): 1 + drafts of every in-flight
@@ -85,14 +77,18 @@ class ReqStates:
         """Every request's output length and accepted counts from ``requests``; ``drawn``: the
         drafted steps each has taken so far (its next draw is its ``drawn``-th count)."""
         self.output_len = [r.output_len for r in requests]
+        self._set_accepted(requests, drawn)
+
+    def _set_accepted(self, requests: list[Request], drawn: np.ndarray) -> None:
         lens = np.array([len(r.accepted) for r in requests], dtype=np.int64)
         self.accepted_end = np.cumsum(lens)
         self.accepted_flat = (
-            np.concatenate([r.accepted for r in requests]).astype(np.int8)
+            np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
             if requests
             else np.zeros(0, np.int8)
         )
         self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
+        # each request's offset + its drafted steps so far
         self.spec_pos = self.accepted_end - lens + drawn
 
 

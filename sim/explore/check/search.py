@@ -145,8 +145,8 @@ class Checker:
         run = _run(self.space, root, reqs, cap, steps, self._cache, parent)
         if self.verify_resume and parent is not None:
             whole = _run(self.space, root, reqs, cap, steps)
-            if (_record_key(run.record), run.out_logs, run.cap_log) != (
-                _record_key(whole.record), whole.out_logs, whole.cap_log,
+            if (run.record.to_json(), run.out_logs, run.cap_log) != (
+                whole.record.to_json(), whole.out_logs, whole.cap_log,
             ):  # fmt: skip
                 raise AssertionError(f"resumed run differs from the whole run: {root} {reqs}")
             self.verified += 1
@@ -480,11 +480,6 @@ def _merge(out: dict, state: State, n: int, wit: list, cnt) -> None:
         out[state] = [n, wit, cnt]
     else:
         cur[0] += n
-
-
-def _record_key(rec: StepRecord) -> tuple:
-    """Every field of a record, comparable."""
-    return tuple(v.tobytes() if isinstance(v, np.ndarray) else v for v in vars(rec).values())
 
 
 def schedule_key(records: list[StepRecord]) -> tuple:
