@@ -151,6 +151,36 @@ def check_all_policies(sc: Scenario, seed: int, steps: int, timings: list[Timing
             finally:
                 vector_mod._Accumulator.SPARSE_MAX = saved
             assert counts.summaries == res.summaries, (policy.name, sparse_max)
+        if len(timings) > 1:  # a point alone runs on Python ints (the one-point path)
+            alone = simulate_points(sched, timings[-1:], policy, seed)
+            assert alone_differences(res, len(timings) - 1, alone) == [], policy.name
+
+
+def alone_differences(res: PointsResult, p: int, alone: PointsResult) -> list[str]:
+    """Where point ``p`` of a several-point result differs from the same point run alone."""
+    out = []
+    for name in ("land_ns", "read_ns", "forward_start_ns", "wait_ns"):
+        if not np.array_equal(getattr(res, name)[:, p : p + 1], getattr(alone, name)):
+            out.append(name)
+    ops = [w[:, p : p + 1] for w in res.op_write_ns or []]
+    if len(ops) != len(alone.op_write_ns or []) or not all(
+        np.array_equal(a, b) for a, b in zip(ops, alone.op_write_ns or [], strict=True)
+    ):
+        out.append("op_write_ns")
+    if res.summaries[p] != alone.summaries[0]:
+        out.append("summary")
+    if (
+        res.sim_time_ns[p] != alone.sim_time_ns[0]
+        or res.gpu_wrong_steps[p] != alone.gpu_wrong_steps[0]
+    ):
+        out.append("sim_time_ns / gpu_wrong_steps")
+    if res.gpu_wrong_by_kind[p] != alone.gpu_wrong_by_kind[0]:
+        out.append("gpu_wrong_by_kind")
+    assert res.reads is not None and alone.reads is not None
+    mine = res.reads[res.reads["point"] == p].drop(columns="point").reset_index(drop=True)
+    if not mine.equals(alone.reads.drop(columns="point").reset_index(drop=True)):
+        out.append("reads")
+    return out
 
 
 @settings(

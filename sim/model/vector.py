@@ -217,7 +217,11 @@ def simulate_points(
     # count (1..k+1, k <= 15) and moves an eighth of the bytes of the SimPy tier's int64.
     buf = np.ones((R, P), dtype=np.int8)
     private = np.ones((R, P), dtype=np.int8)
-    zero = np.zeros(P, dtype=np.int64)
+    # One point: every time is a Python int and ``max`` the maximum (a numpy call on a
+    # one-element array costs ~20x an int operation); the same integers either way.
+    scalar = P == 1
+    mx: Callable[[Any, Any], Any] = max if scalar else np.maximum
+    zero: Any = 0 if scalar else np.zeros(P, dtype=np.int64)
     e = w = d_free = valid_free = out_free = zero
     prep_end_prev = land_prev = valid_end_prev = zero
     out_at_engine: deque[np.ndarray] = deque(maxlen=lag)  # steps N - lag .. N - 1
@@ -259,24 +263,25 @@ def simulate_points(
         # -- engine core ---------------------------------------------------------------
         if n >= lag:
             n_prev = recent[0].num_reqs
-            e = _mx(e, out_at_engine[0]) + m.jit(
+            e = mx(e, out_at_engine[0]) + m.jit(
                 m.engine_update_ns_per_req * max(n_prev, 1), ue[EngineSlot.UPDATE]
             )
         sched_ns = m.engine_schedule_ns_base + m.engine_schedule_ns_per_req * rec.num_reqs
         e = e + m.jit(sched_ns, ue[EngineSlot.SCHEDULE])
         arrival = e + m.jit(m.engine_input_ipc_ns, ue[EngineSlot.INPUT_IPC])
-        sim_end = _mx(sim_end, arrival)
+        sim_end = mx(sim_end, arrival)
         # -- worker: scheduler output, synchronize_input_prep, stall ----------------------
-        w = _mx(w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
+        w = mx(w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
         if n > 0:
-            w = _mx(w, prep_end_prev)
+            w = mx(w, prep_end_prev)
         stall = draw_s.get(n)[0] < np.asarray(m.worker_stall_prob)
         if stall.any():
-            w = w + np.where(stall, wj(m.worker_stall_ns, uw[WorkerSlot.STALL]), 0)
+            d_stall = wj(m.worker_stall_ns, uw[WorkerSlot.STALL])
+            w = w + (d_stall if scalar else np.where(stall, d_stall, 0))
         wait = zero
         if pol.waits_before_moves and n > 0:
             w0 = w
-            w = _mx(w, land_prev) + m.worker_event_sync_ns
+            w = mx(w, land_prev) + m.worker_event_sync_ns
             wait = w - w0
         # -- _update_states: the row ops, with step N-1's DMA landing among them -----------
         pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
@@ -306,7 +311,7 @@ def simulate_points(
         w = w + wj(m.worker_prepare_inputs_ns // 2, uw[WorkerSlot.PREPARE_1])
         if pol.waits_before_read and n > 0:
             w0 = w
-            w = _mx(w, land_prev) + m.worker_event_sync_ns
+            w = mx(w, land_prev) + m.worker_event_sync_ns
             wait = wait + (w - w0)
         read = w
         if any_pending:
@@ -323,13 +328,13 @@ def simulate_points(
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
         w = w + wj(prep2_ns, uw[WorkerSlot.PREPARE_2])
         # -- launch: prep, prepare_inputs_event, forward -----------------------------------
-        prep_end = _mx(w, d_free) + m.jit_gpu(m.gpu_prep_ns, ug[GpuSlot.PREP])
+        prep_end = mx(w, d_free) + m.jit_gpu(m.gpu_prep_ns, ug[GpuSlot.PREP])
         w = w + wj(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
         fwd_ns = m.gpu_forward_ns_base + m.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
-        fwd_start = _mx(w, prep_end)
+        fwd_start = mx(w, prep_end)
         fwd_end = fwd_start + m.jit_gpu(fwd_ns, ug[GpuSlot.FORWARD])
         if async_sched and n > 0:
-            w = _mx(w, valid_end_prev)
+            w = mx(w, valid_end_prev)
         sample_ns = m.worker_sample_tokens_ns
         if rec.has_prefill:
             sample_ns = sample_ns + m.worker_sample_tokens_ns_prefill
@@ -342,21 +347,21 @@ def simulate_points(
                 f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
                 "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
             )
-        land = _mx(w, fwd_end) + d_sample + d_d2h
-        valid_end = _mx(_mx(w, valid_free), land) + m.jit_gpu(
+        land = mx(w, fwd_end) + d_sample + d_d2h
+        valid_end = mx(mx(w, valid_free), land) + m.jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.VALID_COUNT_D2H]
         )
         drafter_end = land + m.jit_gpu(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
-        out_end = _mx(_mx(w, out_free), drafter_end) + m.jit_gpu(
+        out_end = mx(mx(w, out_free), drafter_end) + m.jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.OUTPUT_D2H]
         )
         out_eng = out_end + m.jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])
         out_at_engine.append(out_eng)
         if not async_sched:
-            w = _mx(w, out_end)
+            w = mx(w, out_end)
         d_free, valid_free, out_free = drafter_end, valid_end, out_end
         prep_end_prev, land_prev, valid_end_prev = prep_end, land, valid_end
-        sim_end = _mx(_mx(sim_end, out_eng), _mx(valid_end, w))
+        sim_end = mx(mx(sim_end, out_eng), mx(valid_end, w))
         acc.add_step(rec)
         if on_reads is not None and (n + 1) % batch_steps == 0 and acc.parts:
             on_reads(acc.table())
