@@ -162,14 +162,16 @@ def mitigation_records(rep: RiskReport) -> list[dict]:
 def cmd_risk(args: argparse.Namespace) -> int:
     from sim.cli.guards import RISK_ESTIMATES_MAX, check_budget, runs_s
     from sim.resolve.risk import assess
+    from sim.runs.processes import auto_workers
 
     estimates = 1 if args.no_mitigations else RISK_ESTIMATES_MAX
+    cpu_s = runs_s(args.seeds * estimates, args.steps, args.max_num_seqs, args.engine)
     check_budget(
         f"risk --seeds {args.seeds:,} --steps {args.steps:,} x {args.max_num_seqs} rows x up to "
         f"{estimates} paths",
-        runs_s(args.seeds * estimates, args.steps, args.max_num_seqs, args.engine),
-        args.budget, "fewer seeds or steps (or --no-mitigations)",
+        cpu_s, args.budget, "fewer seeds or steps (or --no-mitigations)",
     )  # fmt: skip
+    workers = args.workers or auto_workers(args.seeds * estimates, cpu_s)
     rep = assess(
         setup_from_args(args),
         parse_sets(args.set),
@@ -179,6 +181,7 @@ def cmd_risk(args: argparse.Namespace) -> int:
         mitigations=not args.no_mitigations,
         gpu_timing=args.gpu_timing,
         engine=args.engine,
+        workers=workers,
     )
     print_report(rep, mitigations=args.table_format == "table")
     tables.show(args.table_format, mitigation_records(rep))
@@ -235,6 +238,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
                    help="refuse an assessment estimated to take longer (CPU hours)")  # fmt: skip
     r.add_argument("--no-mitigations", action="store_true", help="only the configuration")
+    r.add_argument("--workers", type=int_in(0, 4096, "0..4096"), default=0,
+                   help="processes for the runs (0: one per core where the work pays for it; "
+                   "1: this process); the same report whatever the number")  # fmt: skip
     r.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")

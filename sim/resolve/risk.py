@@ -100,58 +100,75 @@ def generations(schedule: Schedule) -> int:
     return len(ids)
 
 
-def simulate_rates(
-    scenario: Scenario,
-    policy: Policy,
-    seeds: int,
-    steps: int,
-    engine: str = ENGINES[0],
-    schedules: dict | None = None,
-) -> RateEstimate:
-    """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them.
+@dataclass(frozen=True)
+class SeedTally:
+    """One run's (one seed's) counts, before they are pooled into a :class:`RateEstimate`."""
 
-    ``schedules``: a cache shared between calls. A schedule is timing-free (it depends on the
-    engine, the workload, the seed and the step count only), so estimates that differ in
-    policy or timing alone run on the same schedules instead of building them again."""
-    if engine not in ENGINES:
-        raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
+    generations: int
+    corrupted: int
+    wrong_steps: int
+    gpu_wrong: int
+    prompt_state_lost: int
+    steps: int
+    by_kind: dict[str, int]
+    mean_step_ns: float
+    tokens_per_s: float
+
+
+def seed_tally(
+    sched: Schedule, scenario: Scenario, policy: Policy, seed: int, engine: str = ENGINES[0]
+) -> SeedTally:
+    """Simulate one run (``sched``, built with ``seed``) under ``policy`` and count it."""
+    if engine == "vector":
+        res = simulate_points(
+            sched, [scenario.timing], policy, seed, keep_reads=False, keep_timing=False
+        )
+        s = res.summaries[0]
+        gens = generations(sched)
+        wrong_steps = int(res.gpu_wrong_steps[0])
+        kinds = res.gpu_wrong_by_kind[0]
+    else:
+        run = run_policy(sched, scenario, policy, seed, trace=False)
+        reads, s = run.reads, run.summary
+        gens = int(reads["req_id"].nunique())
+        wrong_steps = int(reads.loc[reads["gpu_wrong"], "step"].nunique())
+        counts = reads.loc[reads["gpu_wrong"], "kind"].value_counts()
+        kinds = {str(k): int(n) for k, n in counts.items()}
+    return SeedTally(
+        generations=gens,
+        corrupted=int(s["corrupted_requests"]),
+        wrong_steps=wrong_steps,
+        gpu_wrong=int(s["gpu_wrong"]),
+        prompt_state_lost=int(s["prompt_state_lost"]),
+        steps=int(s["steps"]),
+        by_kind=dict(kinds),
+        mean_step_ns=s["mean_step_ns"],
+        tokens_per_s=s["tokens_per_s"],
+    )
+
+
+def pool(policy: str, tallies: list[SeedTally]) -> RateEstimate:
+    """The runs of seeds 0..n-1, in seed order, as one estimate (sums in that order, so the
+    floats are the same however the runs were computed)."""
     gens = corrupted = wrong_steps = gpu_wrong = lost = total_steps = 0
     by_kind: dict[str, int] = {}
     step_ns = tok = 0.0
-    for seed in range(seeds):
-        key = (scenario.engine, scenario.workload, seed, steps)
-        sched = schedules.get(key) if schedules is not None else None
-        if sched is None:
-            sched = build_schedule(scenario, seed, steps)
-            if schedules is not None:
-                schedules[key] = sched
-        if engine == "vector":
-            res = simulate_points(
-                sched, [scenario.timing], policy, seed, keep_reads=False, keep_timing=False
-            )
-            s = res.summaries[0]
-            gens += generations(sched)
-            wrong_steps += int(res.gpu_wrong_steps[0])
-            kinds = res.gpu_wrong_by_kind[0]
-        else:
-            run = run_policy(sched, scenario, policy, seed, trace=False)
-            reads, s = run.reads, run.summary
-            gens += int(reads["req_id"].nunique())
-            wrong_steps += int(reads.loc[reads["gpu_wrong"], "step"].nunique())
-            counts = reads.loc[reads["gpu_wrong"], "kind"].value_counts()
-            kinds = {str(k): int(n) for k, n in counts.items()}
-        corrupted += int(s["corrupted_requests"])
-        gpu_wrong += int(s["gpu_wrong"])
-        lost += int(s["prompt_state_lost"])
-        total_steps += int(s["steps"])
-        for k, n in kinds.items():
+    for t in tallies:
+        gens += t.generations
+        corrupted += t.corrupted
+        wrong_steps += t.wrong_steps
+        gpu_wrong += t.gpu_wrong
+        lost += t.prompt_state_lost
+        total_steps += t.steps
+        for k, n in t.by_kind.items():
             by_kind[k] = by_kind.get(k, 0) + n
-        step_ns += s["mean_step_ns"]
-        tok += s["tokens_per_s"]
+        step_ns += t.mean_step_ns
+        tok += t.tokens_per_s
+    seeds = len(tallies)
     lo, hi = wilson(corrupted, gens)
     slo, shi = wilson(wrong_steps, total_steps)
     return RateEstimate(
-        policy=policy.name,
+        policy=policy,
         runs=seeds,
         steps=total_steps,
         generations=gens,
@@ -169,6 +186,81 @@ def simulate_rates(
         mean_step_ns=round(step_ns / seeds, 1),
         tokens_per_s=round(tok / seeds, 1),
     )
+
+
+def _schedule(scenario: Scenario, seed: int, steps: int, schedules: dict | None) -> Schedule:
+    """A schedule is timing-free: it depends on the engine, the workload, the seed and the
+    step count only, so ``schedules`` (a cache) serves every estimate that shares those."""
+    key = (scenario.engine, scenario.workload, seed, steps)
+    sched = schedules.get(key) if schedules is not None else None
+    if sched is None:
+        sched = build_schedule(scenario, seed, steps)
+        if schedules is not None:
+            schedules[key] = sched
+    return sched
+
+
+def simulate_rates(
+    scenario: Scenario,
+    policy: Policy,
+    seeds: int,
+    steps: int,
+    engine: str = ENGINES[0],
+    schedules: dict | None = None,
+) -> RateEstimate:
+    """Simulate ``seeds`` runs of ``steps`` steps (seeds 0..seeds-1) and pool them.
+
+    ``schedules``: a cache shared between calls, so estimates that differ in policy or
+    timing alone run on the same schedules instead of building them again."""
+    if engine not in ENGINES:
+        raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
+    return pool(
+        policy.name,
+        [
+            seed_tally(_schedule(scenario, seed, steps, schedules), scenario, policy, seed, engine)
+            for seed in range(seeds)
+        ],
+    )
+
+
+EstimateSpec = tuple[Scenario, str]  # a scenario and the name of the policy it runs
+
+
+def _group_unit(unit: tuple[int, int, str, tuple[EstimateSpec, ...]]) -> list[SeedTally]:
+    """One seed of estimates that share a schedule (same engine and workload): built once."""
+    seed, steps, engine, specs = unit
+    sched = build_schedule(specs[0][0], seed, steps)
+    return [seed_tally(sched, sc, policy_object(name), seed, engine) for sc, name in specs]
+
+
+def estimate_all(
+    specs: list[EstimateSpec], seeds: int, steps: int, engine: str = ENGINES[0], workers: int = 1
+) -> list[RateEstimate]:
+    """:func:`simulate_rates` of every spec, each schedule built once per seed, the runs
+    spread over ``workers`` processes (:func:`sim.runs.processes.map_units`).
+
+    The work units are (seed, specs sharing a schedule); each estimate pools its runs in seed
+    order, so the result is the same whatever ``workers`` is."""
+    from sim.runs.processes import map_units
+
+    if engine not in ENGINES:
+        raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
+    groups: dict[tuple, list[int]] = {}
+    for i, (sc, _name) in enumerate(specs):
+        groups.setdefault((sc.engine, sc.workload), []).append(i)
+    units = [
+        (seed, steps, engine, tuple(specs[i] for i in members))
+        for seed in range(seeds)
+        for members in groups.values()
+    ]
+    results = map_units(_group_unit, units, workers, preload=(__name__,))
+    tallies: list[list[SeedTally]] = [[] for _ in specs]
+    for (_seed, _steps, _engine, _specs), out, members in zip(
+        units, results, [m for _ in range(seeds) for m in groups.values()], strict=True
+    ):
+        for i, t in zip(members, out, strict=True):
+            tallies[i].append(t)
+    return [pool(name, tallies[i]) for i, (_sc, name) in enumerate(specs)]
 
 
 def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> Scenario:
@@ -316,8 +408,10 @@ def assess(
     mitigations: bool = True,
     gpu_timing: str = "roofline",
     engine: str = ENGINES[0],
+    workers: int = 1,
 ) -> RiskReport:
-    """Resolve, simulate and rank the mitigations (see the module docstring)."""
+    """Resolve, simulate and rank the mitigations (see the module docstring); the runs on
+    ``workers`` processes (the same report whatever the number)."""
     if seeds < 1 or steps < 2:
         raise SpecraceError("--seeds must be >= 1 and --steps >= 2")
     if gpu_timing not in GPU_TIMINGS:
@@ -346,31 +440,39 @@ def assess(
     scenario = build_scenario(res, overrides)
     if res.policy == NO_SPEC:
         return RiskReport(setup, res, scenario, None, (), source)
-    cache: dict[tuple[str, bool, bool], RateEstimate] = {}
-    schedules: dict = {}  # shared by the estimates: same engine and workload, same schedule
+    # First the paths to estimate (the configuration's, then each mitigation's that moves
+    # it), then every estimate at once: their runs share schedules and spread over workers.
+    keys: dict[tuple[str, bool, bool], Resolution] = {}
 
-    def estimate(r: Resolution) -> RateEstimate:
-        key = (r.policy, r.async_scheduling, r.prefix_caching)
-        if key not in cache:
-            sc = build_scenario(r, overrides)
-            cache[key] = simulate_rates(
-                sc, policy_object(r.policy), seeds, steps, engine, schedules
-            )
-        return cache[key]
+    def key(r: Resolution) -> tuple[str, bool, bool]:
+        k = (r.policy, r.async_scheduling, r.prefix_caching)
+        keys.setdefault(k, r)
+        return k
 
-    base = estimate(res)
-    out: list[Mitigation] = []
+    base_key = key(res)
+    plans: list[tuple[str, str, VllmSetup, Resolution | str, tuple | None]] = []
     for name, change, alt in _candidates(setup, res) if mitigations else []:
         try:
             r = resolve(alt)
         except SpecraceError as e:
-            out.append(Mitigation(name, change, False, str(e)))
+            plans.append((name, change, alt, str(e), None))
             continue
-        if r.policy == res.policy and r.async_scheduling == res.async_scheduling:
+        same = r.policy == res.policy and r.async_scheduling == res.async_scheduling
+        plans.append((name, change, alt, r, None if same else key(r)))
+    specs = [(build_scenario(r, overrides), r.policy) for r in keys.values()]
+    found = dict(zip(keys, estimate_all(specs, seeds, steps, engine, workers), strict=True))
+    base = found[base_key]
+    out: list[Mitigation] = []
+    for name, change, alt, r_or_why, k in plans:
+        if isinstance(r_or_why, str):
+            out.append(Mitigation(name, change, False, r_or_why))
+            continue
+        r = r_or_why
+        if k is None:
             out.append(Mitigation(name, change, False, f"no effect, same path: {r.path}",
                                   r.path))  # fmt: skip
             continue
-        est = estimate(r)
+        est = found[k]
         caveats = [*r.notes, *_caveats(alt, r, res, overrides)]
         out.append(
             Mitigation(
