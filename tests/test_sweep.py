@@ -15,6 +15,7 @@ from load import limit_s
 from sim.errors import SpecraceError
 from sim.explore.analysis import hazard_rates
 from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
+from sim.model.params import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -251,3 +252,31 @@ def test_auto_workers_runs_serially_where_a_cluster_does_not_pay() -> None:
     assert auto_workers(3, cores=16) == 1  # fewer points than cores
     assert auto_workers(100, cores=16) == 16
     assert auto_workers(AUTO_MIN_CORES, cores=AUTO_MIN_CORES) == AUTO_MIN_CORES
+
+
+def test_work_units_cut_a_schedules_points_only_as_far_as_the_workers_need() -> None:
+    """Every unit builds its schedule: with as many schedules as workers, one unit each;
+    with fewer, each schedule's points over enough units to keep every worker busy."""
+    from sim.explore.sweep import CHUNK_POINTS, chunks, schedule_key, schedule_keys
+
+    base = load_scenario("qwen35-mtp3")
+    swarm = SweepSpec("qwen35-mtp3", ("align",), (), 40, 8, 40)  # 8 schedules (seeds)
+    todo = [(p, ["align"]) for p in swarm.points()]
+    units = chunks(base, todo, parts=8)
+    assert len(units) == 8 and all(len({p["seed"] for p, _ in u}) == 1 for u in units)
+    assert sorted(len(u) for u in units) == [40] * 8
+    assert len(chunks(base, todo, parts=16)) == 16  # 2 per schedule
+    one = [(p, ["align"]) for p in SweepSpec("qwen35-mtp3", ("align",), (), 40, 1, 40).points()]
+    assert [len(u) for u in chunks(base, one, parts=4)] == [10] * 4
+    big = [({"set": {"swarm": i}, "seed": 0}, ["align"]) for i in range(CHUNK_POINTS + 1)]
+    assert [len(u) for u in chunks(base, big, parts=1)] == [CHUNK_POINTS, 1]
+    # The keys, computed once per non-timing setting, are each point's own.
+    vary = parse_vary(["timing.gpu_forward_ns_base=3000000,6000000",
+                       "engine.max_num_batched_tokens=300,8192"])  # fmt: skip
+    grid = [(p, ["align"]) for p in SweepSpec("qwen35-mtp3", ("align",), vary, 0, 2, 40).points()]
+    from sim.explore.sweep import _scenario_for
+
+    assert schedule_keys(base, grid) == [
+        schedule_key(_scenario_for(base, p["set"]), p["seed"]) for p, _ in grid
+    ]
+    assert len(set(schedule_keys(base, grid))) == 4  # 2 budgets x 2 seeds

@@ -47,7 +47,7 @@ from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
 from sim.model.verdict import HAZARD_KINDS
 from sim.runs.io import read_json, write_json
-from sim.runs.outputs import claim_dir, prepare_dir
+from sim.runs.outputs import check_path, claim_dir, prepare_dir
 from sim.runs.run import run_policy, write_parquet
 
 ENGINES = ("vector", "simpy")  # timing tiers; the first is the default
@@ -154,6 +154,31 @@ def schedule_key(scenario: Scenario, seed: int) -> str:
     return json.dumps([d["engine"], d["workload"], seed], sort_keys=True, default=str)
 
 
+def schedule_keys(base: Scenario, todo: list[tuple[dict[str, Any], list[str]]]) -> list[str]:
+    """:func:`schedule_key` of every point of ``todo``, each computed once per distinct
+    (non-timing settings, seed): a timing setting or a swarm set changes only the timing
+    section, which no schedule reads, so points that differ only there share the key."""
+    memo: dict[tuple, str] = {}
+    keys = []
+    for point, _ in todo:
+        settings = point["set"]
+        shape = tuple(
+            sorted(
+                (k, json.dumps(v, sort_keys=True, default=str))
+                for k, v in settings.items()
+                if k != "swarm" and not k.startswith("timing.")
+            )
+        )
+        mk = (shape, point["seed"])
+        if mk not in memo:
+            kept = {
+                k: v for k, v in settings.items() if k != "swarm" and not k.startswith("timing.")
+            }
+            memo[mk] = schedule_key(_scenario_for(base, kept), point["seed"])
+        keys.append(memo[mk])
+    return keys
+
+
 def run_points(
     base: Scenario,
     todo: list[tuple[dict[str, Any], list[str]]],
@@ -166,8 +191,8 @@ def run_points(
         raise SpecraceError(f"--engine {engine!r}: expected {' or '.join(ENGINES)}")
     scenarios = [_scenario_for(base, point["set"]) for point, _ in todo]
     groups: dict[str, list[int]] = {}
-    for i, (point, _) in enumerate(todo):
-        groups.setdefault(schedule_key(scenarios[i], point["seed"]), []).append(i)
+    for i, key in enumerate(schedule_keys(base, todo)):
+        groups.setdefault(key, []).append(i)
     summaries: list[dict[str, dict]] = [{} for _ in todo]
     for members in groups.values():
         seed = todo[members[0]][0]["seed"]
@@ -210,15 +235,16 @@ def chunks(
     base: Scenario, todo: list[tuple[dict[str, Any], list[str]]], parts: int = 1
 ) -> list[list[tuple[dict[str, Any], list[str]]]]:
     """``todo`` cut into work units: points of one schedule together, at most
-    :data:`CHUNK_POINTS` each, and each schedule's points over ``parts`` units at least
-    (where it has that many), so every Dask worker gets a share."""
+    :data:`CHUNK_POINTS` each, and cut further only as far as ``parts`` (the workers) need to
+    all be busy: a schedule's points over ``ceil(parts / schedules)`` units, since every unit
+    builds its schedule again (with as many schedules as workers, one unit each)."""
     groups: dict[str, list[tuple[dict[str, Any], list[str]]]] = {}
-    for item in todo:
-        key = schedule_key(_scenario_for(base, item[0]["set"]), item[0]["seed"])
+    for item, key in zip(todo, schedule_keys(base, todo), strict=True):
         groups.setdefault(key, []).append(item)
+    per_group = -(-max(parts, 1) // max(len(groups), 1))
     out = []
     for items in groups.values():
-        size = min(CHUNK_POINTS, -(-len(items) // max(parts, 1)))
+        size = min(CHUNK_POINTS, -(-len(items) // per_group))
         out += [items[i : i + size] for i in range(0, len(items), size)]
     return out
 
@@ -343,6 +369,7 @@ def run_sweep(
             else f"serial in this process ({os.cpu_count() or 1} cores, {len(todo)} points to run: "
             f"a cluster pays from {AUTO_MIN_CORES} cores and as many points)"
         )
+    check_path(out / "points")  # once, not for each of its thousands of files
     progress = Progress(len(todo), log)
     done = 0
     results = (
@@ -351,8 +378,8 @@ def run_sweep(
         else _dask(spec, todo, workers, client)
     )
     for point, names, rows in results:
-        for name, row in zip(names, rows, strict=True):
-            write_json(_point_path(out, point, name), row)
+        for name, row in zip(names, rows, strict=True):  # out/points checked above
+            write_json(_point_path(out, point, name), row, checked=True)
         done += len(names)
         progress.step(f"{point['set']} seed={point['seed']}: {len(names)} policies")
     log(f"ran {done} point-policies, {skipped} already done")

@@ -9,9 +9,11 @@ expected file, its schema (:func:`table_kinds`), and a run's tables against its 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -22,23 +24,40 @@ from typing import Any
 from sim.errors import SpecraceError
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` and rename ``tmp`` to ``path`` only if it succeeded."""
-    check_out_path(path)
+def atomic_write(path: Path, write: Callable[[Path], None], checked: bool = False) -> None:
+    """Call ``write(tmp)`` and rename ``tmp`` to ``path`` only if it succeeded. ``checked``:
+    the caller has already checked the folder (:func:`check_out_path` of it) and names a
+    plain file of its own in it (a sweep's thousands of point files)."""
+    if not checked:
+        check_out_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = _new_temp(path)
     except OSError as e:
         raise SpecraceError(f"cannot write {path}: {e.strerror}") from None
-    os.close(fd)
-    tmp = Path(tmp_name)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the umask
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _new_temp(path: Path) -> Path:
+    """A new empty file ``.<name>.<8 random chars>.tmp`` beside ``path`` (the name
+    :func:`remove_stale` knows), created with mode 0666 less the umask, as outputs are
+    (mkstemp's 0600 would need a chmod, and reading the umask two more calls)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, _TEMP_FLAGS, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))
 
 
 def check_out_path(path: Path) -> None:
@@ -51,15 +70,15 @@ def check_out_path(path: Path) -> None:
     check_path(path)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, checked: bool = False) -> None:
     def write(tmp: Path) -> None:
         tmp.write_text(text)
 
-    atomic_write(path, write)
+    atomic_write(path, write, checked)
 
 
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, sort_keys=True, indent=1) + "\n")
+def write_json(path: Path, obj: Any, checked: bool = False) -> None:
+    atomic_write_text(path, json.dumps(obj, sort_keys=True, indent=1) + "\n", checked)
 
 
 def read_json(path: Path, what: str) -> Any:
