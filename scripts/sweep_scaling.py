@@ -1,0 +1,192 @@
+"""How a vector-tier sweep scales with Dask workers on one machine (issue #27's curve).
+
+    python scripts/sweep_scaling.py --out data/bench/scaling [--workers 1,2,4,8,16]
+        [--seeds 16] [--points 10000] [--steps 1000,20000] [--tag NAME]
+
+For each step count, the same swarm sweep (``--points`` timing sets spread over ``--seeds``
+seeds: one schedule per seed, ``synced-gather``) runs once per worker count, end to end as a
+user runs it (``sim sweep --workers N``: N = 1 is serial in this process, more is a Dask
+LocalCluster whose start is included), each into a fresh folder. Every run's sweep.parquet
+must be the same bytes. Writes ``scaling.csv`` (one row per step count and worker count:
+wall seconds, speed-up and efficiency over N = 1, the parquet's sha256), ``scaling.json``
+(machine, versions, date, commit, the spec, the goal's verdict) and ``scaling.png``. Beside
+each parallel run, the time to start and close a LocalCluster of that size on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.explore.sweep import SweepSpec, run_sweep  # noqa: E402
+from sim.runs.io import atomic_write, atomic_write_text, write_json  # noqa: E402
+
+GOAL = 0.7  # speed-up at the most workers >= GOAL x workers
+POLICY = "synced-gather"
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"error: {text!r}: expected comma-separated integers") from None
+    if not vals or min(vals) < 1:
+        raise SystemExit(f"error: {text!r}: expected integers >= 1")
+    return vals
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for mod in ("numpy", "pandas", "pyarrow", "simpy", "dask", "distributed"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = "absent"
+    return out
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _commit() -> str:
+    if os.environ.get("SPECRACE_COMMIT"):
+        return os.environ["SPECRACE_COMMIT"]
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                       text=True, check=False)  # fmt: skip
+    return r.stdout.strip() or "unknown"
+
+
+def _cluster_start_s(n: int) -> float:
+    """Wall seconds to start (and close) a LocalCluster of ``n`` workers as the sweep does:
+    the part of a parallel sweep's time that is not the work."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    t0 = time.perf_counter()
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.ERROR,
+                           local_directory=tempfile.gettempdir())  # fmt: skip
+    client = Client(cluster)
+    client.wait_for_workers(n)
+    client.close()
+    cluster.close()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--workers", default="1,2,4,8,16")
+    ap.add_argument("--seeds", type=int, default=16)
+    ap.add_argument("--points", type=int, default=10_000)
+    ap.add_argument("--steps", default="1000,20000")
+    ap.add_argument("--tag", default="", help="a name for the machine, kept in scaling.json")
+    a = ap.parse_args(argv)
+    workers, steps_list = _ints(a.workers), _ints(a.steps)
+    if 1 not in workers:
+        raise SystemExit("error: --workers must include 1 (the baseline)")
+    if a.seeds < 1 or a.points < a.seeds:
+        raise SystemExit("error: --points must be >= --seeds >= 1")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    per_seed = a.points // a.seeds
+    rows = []
+    for steps in steps_list:
+        spec = SweepSpec("qwen35-mtp3", (POLICY,), (), per_seed, a.seeds, steps)
+        base_s = None
+        for n in sorted(workers):
+            folder = Path(tempfile.mkdtemp(prefix="specrace-scaling-"))
+            try:
+                t0 = time.perf_counter()
+                run_sweep(spec, folder / "sweep", log=lambda _m: None, workers=n)
+                wall = time.perf_counter() - t0
+                digest = hashlib.sha256((folder / "sweep" / "sweep.parquet").read_bytes())
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            start_s = _cluster_start_s(n) if n > 1 else 0.0
+            base_s = wall if n == 1 else base_s
+            assert base_s is not None
+            rows.append({"steps": steps, "workers": n, "points": per_seed * a.seeds,
+                         "seeds": a.seeds, "wall_s": round(wall, 3),
+                         "cluster_start_s": round(start_s, 3),
+                         "speedup": round(base_s / wall, 3),
+                         "efficiency": round(base_s / wall / n, 3),
+                         "sha256": digest.hexdigest()})  # fmt: skip
+            print(f"steps={steps} workers={n}: {wall:.1f} s, speed-up {base_s / wall:.2f}",
+                  flush=True)  # fmt: skip
+    same = all(len({r["sha256"] for r in rows if r["steps"] == s}) == 1 for s in steps_list)
+    top = max(workers)
+    verdict = {
+        str(s): next(r["efficiency"] for r in rows if r["steps"] == s and r["workers"] == top)
+        >= GOAL
+        for s in steps_list
+    }
+    header = list(rows[0])
+    csv = "\n".join([",".join(header)] + [",".join(str(r[h]) for h in header) for r in rows])
+    atomic_write_text(out / "scaling.csv", csv + "\n")
+    write_json(out / "scaling.json", {
+        "what": "sim sweep --swarm, vector tier, wall seconds end to end (LocalCluster start "
+                "included for workers > 1); speed-up over workers = 1 (serial, in process)",
+        "tag": a.tag, "cpu": _cpu(), "cores": os.cpu_count(), "platform": platform.platform(),
+        "versions": _versions(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "commit": _commit(), "policy": POLICY, "seeds": a.seeds, "points": per_seed * a.seeds,
+        "steps": steps_list, "workers": sorted(workers), "same_bytes": same,
+        "goal": f"speed-up >= {GOAL} x workers at {top} workers",
+        "goal_met_by_steps": verdict,
+    })  # fmt: skip
+    _figure(out / "scaling.png", rows, steps_list, sorted(workers))
+    print(f"wrote {out}/scaling.csv, scaling.json, scaling.png; same bytes: {same}")
+    return 0 if same else 1
+
+
+def _figure(path: Path, rows: list[dict], steps_list: list[int], workers: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    ax.plot(workers, workers, color="0.6", lw=1, ls="--", label="ideal")
+    ax.plot(workers, [GOAL * w for w in workers], color="0.6", lw=1, ls=":",
+            label=f"goal ({GOAL} x workers)")  # fmt: skip
+    for steps in steps_list:
+        mine = [r for r in rows if r["steps"] == steps]
+        ax.plot([r["workers"] for r in mine], [r["speedup"] for r in mine], marker="o",
+                label=f"{mine[0]['points']:,} points x {steps:,} steps "
+                      f"(serial {mine[0]['wall_s']:.0f} s)")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xticks(workers, [str(w) for w in workers])
+    ax.set_yticks(workers, [str(w) for w in workers])
+    ax.set_xlabel("Dask worker processes (1: serial, in process)")
+    ax.set_ylabel("speed-up over serial (wall, cluster start included)")
+    ax.set_title(f"sim sweep, vector tier, on {os.cpu_count()} cores")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
