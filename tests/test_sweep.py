@@ -15,6 +15,7 @@ from load import limit_s
 from sim.errors import SpecraceError
 from sim.explore.analysis import hazard_rates
 from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
+from sim.explore.sweep_points import finished
 from sim.model.params import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,14 +45,16 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
 
     with pytest.raises(Killed):
         run_sweep(spec(), tmp_path, log=die_after_two)
-    finished = sorted(p.name for p in (tmp_path / "points").glob("*.json"))
-    assert len(finished) == 4  # two points x two policies survived the kill
+    # The first unit (seed 0: two points x two policies) was written whole before its points'
+    # progress lines; the kill came in them.
+    (unit,) = (tmp_path / "points").glob("*.jsonl")
+    assert len(finished(tmp_path / "points")) == 4
     assert not list((tmp_path / "points").glob(".*.tmp"))
-    mtimes = {p: (tmp_path / "points" / p).stat().st_mtime_ns for p in finished}
+    mtime = unit.stat().st_mtime_ns
     log: list[str] = []
     df = run_sweep(spec(), tmp_path, log=log.append)
     assert log[-1] == "ran 4 point-policies, 4 already done"
-    assert all((tmp_path / "points" / p).stat().st_mtime_ns == t for p, t in mtimes.items())
+    assert unit.stat().st_mtime_ns == mtime
     assert len(df) == 8
     assert set(df["policy"]) == {"synced-gather", "device-authoritative"}
     rates = hazard_rates(df, "set.timing.gpu_forward_ns_base")
@@ -133,7 +136,7 @@ def test_same_bytes_serial_or_two_workers_in_any_order(tmp_path: Path) -> None:
 
 def test_extending_a_sweep_keeps_finished_points(tmp_path: Path) -> None:
     run_sweep(small("3000000", seeds=1), tmp_path, log=lambda m: None)
-    (first,) = (tmp_path / "points").glob("*.json")
+    (first,) = (tmp_path / "points").glob("*.jsonl")
     mtime = first.stat().st_mtime_ns
     log: list[str] = []
     df = run_sweep(small("3000000,9000000", seeds=2), tmp_path, log=log.append)
@@ -280,3 +283,47 @@ def test_work_units_cut_a_schedules_points_only_as_far_as_the_workers_need() -> 
         schedule_key(_scenario_for(base, p["set"]), p["seed"]) for p, _ in grid
     ]
     assert len(set(schedule_keys(base, grid))) == 4  # 2 budgets x 2 seeds
+
+
+def test_a_sweep_of_one_file_per_point_resumes_and_extends(tmp_path: Path) -> None:
+    """Sweeps written before unit files hold one ``<id>.json`` per point-policy: they are read
+    as finished points, and a sweep extended over them is the same bytes as one run anew."""
+    import json as json_mod
+
+    from sim.explore.sweep_points import unit_lines
+
+    old = tmp_path / "old"
+    run_sweep(small("3000000"), old, log=lambda m: None)
+    for unit in (old / "points").glob("*.jsonl"):  # rewrite as the older layout
+        for _n, pid, row in unit_lines(unit):
+            (old / "points" / f"{pid}.json").write_text(
+                json_mod.dumps(row, sort_keys=True, indent=1)
+            )
+        unit.unlink()
+    log: list[str] = []
+    run_sweep(small(), old, log=log.append)
+    assert log[-1] == "ran 2 point-policies, 2 already done"
+    run_sweep(small(), tmp_path / "new", log=lambda m: None)
+    assert (old / "sweep.parquet").read_bytes() == (tmp_path / "new" / "sweep.parquet").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda t: t.replace('"seed": 0', '"seed": 1', 1), "do not give its id"),
+        (lambda t: t.replace('"reads": ', '"reads": -', 1), "not a count"),
+        (lambda t: t[:-10], "not a point's line"),  # a line cut short
+        (lambda t: t.replace('"id": "', '"id": "x', 1), "not a point id"),
+    ],
+)
+def test_an_edited_unit_file_is_one_clear_error(tmp_path: Path, edit, needle: str) -> None:
+    argv = [sys.executable, "-m", "sim", "sweep", "--policy", "align", "--steps", "30",
+            "--vary", "timing.gpu_forward_ns_base=3000000,9000000", "--workers", "1",
+            "--quiet", "--out", str(tmp_path / "s")]  # fmt: skip
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))
+    assert r.returncode == 0, r.stderr
+    (unit,) = (tmp_path / "s" / "points").glob("*.jsonl")
+    unit.write_text(edit(unit.read_text()))
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))
+    assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
+    assert needle in r.stderr and str(unit) in r.stderr and r.stderr.count("\n") == 1

@@ -97,49 +97,55 @@ def check_spec_file(path: Path) -> None:
 
 
 def check_points(out: Path) -> None:
-    """The finished points a resumed sweep will collect: each a summary of its own name (the
-    file name is the hash of its settings, seed and policy), with counts that are counts, so
-    an edited or foreign point is named here instead of becoming a row of sweep.parquet."""
-    import math
-    import re
-
-    from sim.explore.sweep import point_id
-    from sim.model.policies import POLICIES
+    """The finished points a resumed sweep will collect (``sim.explore.sweep_points``): each a
+    summary of its own id (the hash of its settings, seed and policy: an older sweep's file
+    name, a unit file's line), with counts that are counts, so an edited or foreign point is
+    named here instead of becoming a row of sweep.parquet."""
+    from sim.explore.sweep_points import POINT_FILE, UNIT_FILE, unit_lines
     from sim.runs.io import read_json
 
     folder = out / "points"
     if not folder.is_dir():
         return
-    for path in sorted(folder.glob("*.json")):
-        if not re.fullmatch(r"[0-9a-f]{16}\.json", path.name):
+    for path in sorted(folder.iterdir()):
+        if POINT_FILE.fullmatch(path.name):
+            check_point_row(read_json(path, "sweep point"), path.stem, str(path))
+        elif UNIT_FILE.fullmatch(path.name):
+            for n, pid, row in unit_lines(path):
+                check_point_row(row, pid, f"{path} line {n}")
+
+
+def check_point_row(row: object, pid: str, where: str) -> None:
+    import math
+
+    from sim.explore.sweep import point_id
+    from sim.model.policies import POLICIES
+
+    def fail(why: str) -> SpecraceError:
+        return SpecraceError(f"{where}: not a point of this sweep ({why}); delete the file to "
+                             "run its points again")  # fmt: skip
+
+    if not isinstance(row, dict):
+        raise fail("not a JSON object")
+    policy, seed = row.get("policy"), row.get("seed")
+    if not isinstance(policy, str) or policy not in POLICIES or type(seed) is not int:
+        raise fail("no known policy or no integer seed")
+    settings = {k[4:]: v for k, v in row.items() if k.startswith("set.")}
+    if point_id({"set": settings, "seed": seed}, policy) != pid:
+        raise fail("its settings, seed and policy do not give its id")
+    for key in ("steps", "reads", "cpu_wrong", "gpu_wrong", "corrupted_requests"):
+        v = row.get(key)
+        if type(v) is not int or v < 0:
+            raise fail(f"{key} is {v!r}, not a count")
+    for key, v in row.items():
+        if key.startswith("set.") or key == "policy":
             continue
-        row = read_json(path, "sweep point")
-
-        def fail(why: str, path: Path = path) -> SpecraceError:
-            return SpecraceError(f"{path}: not a point of this sweep ({why}); delete it to run "
-                                 "the point again")  # fmt: skip
-
-        if not isinstance(row, dict):
-            raise fail("not a JSON object")
-        policy, seed = row.get("policy"), row.get("seed")
-        if not isinstance(policy, str) or policy not in POLICIES or type(seed) is not int:
-            raise fail("no known policy or no integer seed")
-        settings = {k[4:]: v for k, v in row.items() if k.startswith("set.")}
-        if point_id({"set": settings, "seed": seed}, policy) != path.stem:
-            raise fail("its settings, seed and policy do not give its name")
-        for key in ("steps", "reads", "cpu_wrong", "gpu_wrong", "corrupted_requests"):
-            v = row.get(key)
-            if type(v) is not int or v < 0:
-                raise fail(f"{key} is {v!r}, not a count")
-        for key, v in row.items():
-            if key.startswith("set.") or key == "policy":
-                continue
-            if key == "scenario":
-                if not isinstance(v, str):
-                    raise fail(f"scenario is {v!r}, not a name")
-                continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise fail(f"{key} is {v!r}, not a number")
+        if key == "scenario":
+            if not isinstance(v, str):
+                raise fail(f"scenario is {v!r}, not a name")
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise fail(f"{key} is {v!r}, not a number")
 
 
 INT_DIGITS_MAX = 30  # past every parameter's range (|x| <= 10^13) and any count's

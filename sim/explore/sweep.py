@@ -1,7 +1,8 @@
 """Sweeps: many runs of one scenario over a grid of parameters or a swarm of timing sets.
 
-A sweep directory holds ``sweep.json`` (the spec), ``points/<id>.json`` (one summary per
-finished point and policy, written atomically by the driver as results arrive) and
+A sweep directory holds ``sweep.json`` (the spec), ``points/`` (the summaries of the finished
+points and policies, one file per finished work unit, written atomically by the driver as
+results arrive: :mod:`sim.explore.sweep_points`) and
 ``sweep.parquet`` (one row per point and policy, sorted, so the file is the same bytes
 whatever the number of workers or the order in which points finished).
 
@@ -41,6 +42,7 @@ import pandas as pd
 
 from sim.errors import SpecraceError
 from sim.explore.swarm import draw_timing
+from sim.explore.sweep_points import finished, write_unit
 from sim.model.params import Scenario, load_scenario, parse_value, with_overrides
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
@@ -356,8 +358,9 @@ def run_sweep(
     points = spec.points()
     todo: list[tuple[dict[str, Any], list[str]]] = []
     skipped = 0
+    done_ids = set(finished(out / "points"))
     for point in points:
-        left = [p for p in spec.policies if not _point_path(out, point, p).exists()]
+        left = [p for p in spec.policies if point_id(point, p) not in done_ids]
         skipped += len(spec.policies) - len(left)
         if left:
             todo.append((point, left))
@@ -369,7 +372,9 @@ def run_sweep(
             else f"serial in this process ({os.cpu_count() or 1} cores, {len(todo)} points to run: "
             f"a cluster pays from {AUTO_MIN_CORES} cores and as many points)"
         )
-    check_path(out / "points")  # once, not for each of its thousands of files
+    folder = out / "points"
+    check_path(folder)  # once, not for each file
+    folder.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(todo), log)
     done = 0
     results = (
@@ -377,11 +382,12 @@ def run_sweep(
         if workers == 1 and client is None
         else _dask(spec, todo, workers, client)
     )
-    for point, names, rows in results:
-        for name, row in zip(names, rows, strict=True):  # out/points checked above
-            write_json(_point_path(out, point, name), row, checked=True)
-        done += len(names)
-        progress.step(f"{point['set']} seed={point['seed']}: {len(names)} policies")
+    for unit in results:  # a unit's rows in one file, then its points' progress lines
+        write_unit(folder, [(point_id(point, name), row) for point, names, rows in unit
+                            for name, row in zip(names, rows, strict=True)])  # fmt: skip
+        for point, names, _rows in unit:
+            done += len(names)
+            progress.step(f"{point['set']} seed={point['seed']}: {len(names)} policies")
     log(f"ran {done} point-policies, {skipped} already done")
     return collect(out, spec)
 
@@ -400,22 +406,17 @@ def auto_workers(units: int, cores: int | None = None) -> int:
     return n if n >= AUTO_MIN_CORES and units >= n else 1
 
 
-def _point_path(out: Path, point: dict[str, Any], policy: str) -> Path:
-    return out / "points" / f"{point_id(point, policy)}.json"
+Unit = list[tuple[dict[str, Any], list[str], list[dict]]]  # (point, policies, rows) of a unit
 
 
-def _serial(spec: SweepSpec, todo: list) -> Iterator[tuple[dict, list[str], list[dict]]]:
+def _serial(spec: SweepSpec, todo: list) -> Iterator[Unit]:
     base = load_scenario(spec.scenario)
     for chunk in chunks(base, todo):
-        for (point, names), rows in zip(
-            chunk, run_points(base, chunk, spec.steps, spec.engine), strict=True
-        ):
-            yield point, names, rows
+        rows = run_points(base, chunk, spec.steps, spec.engine)
+        yield [(point, names, r) for (point, names), r in zip(chunk, rows, strict=True)]
 
 
-def _dask(
-    spec: SweepSpec, todo: list, workers: int, client: Any
-) -> Iterator[tuple[dict, list[str], list[dict]]]:
+def _dask(spec: SweepSpec, todo: list, workers: int, client: Any) -> Iterator[Unit]:
     """On ``client`` (a connected scheduler's, closed here) or on a LocalCluster."""
     try:
         from distributed import Client, LocalCluster, as_completed
@@ -449,8 +450,10 @@ def _dask(
         ]
         which = {f.key: unit for f, unit in zip(futures, units, strict=True)}
         for fut in as_completed(futures):
-            for (point, names), rows in zip(which[fut.key], fut.result(), strict=True):
-                yield point, names, rows
+            yield [
+                (point, names, rows)
+                for (point, names), rows in zip(which[fut.key], fut.result(), strict=True)
+            ]
     finally:
         client.close()
         if cluster is not None:
@@ -460,17 +463,13 @@ def _dask(
 def collect(out: Path, spec: SweepSpec | None = None) -> pd.DataFrame:
     """Gather finished points into ``sweep.parquet``, sorted so the file is reproducible.
     With ``spec``: that spec's points only."""
-    if spec is None:
-        files = sorted((out / "points").glob("*.json"))
-    else:
-        files = [
-            f
-            for f in (_point_path(out, pt, p) for pt in spec.points() for p in spec.policies)
-            if f.exists()
-        ]
-    if not files:
+    done = finished(out / "points")
+    if spec is not None:
+        ids = [point_id(pt, p) for pt in spec.points() for p in spec.policies]
+        done = {i: done[i] for i in ids if i in done}
+    if not done:
         raise SpecraceError(f"{out}: no finished points")
-    rows = [read_json(f, "sweep point") for f in files]
+    rows = list(done.values())
     df = pd.DataFrame(rows)
     sort_cols = [c for c in df.columns if c.startswith("set.")] + ["seed", "policy"]
     df = df.sort_values(sort_cols, kind="stable").reset_index(drop=True)
