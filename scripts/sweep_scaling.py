@@ -10,7 +10,9 @@ LocalCluster whose start is included), each into a fresh folder. Every run's swe
 must be the same bytes. Writes ``scaling.csv`` (one row per step count and worker count:
 wall seconds, speed-up and efficiency over N = 1, the parquet's sha256), ``scaling.json``
 (machine, versions, date, commit, the spec, the goal's verdict) and ``scaling.png``. Beside
-each parallel run, the time to start and close a LocalCluster of that size on its own.
+each parallel run, the time to start and close a LocalCluster of that size on its own, and
+the machine's ceiling: n pure-Python loops on n processes at once as a speed-up over one
+(``python_ceiling``).
 """
 
 from __future__ import annotations
@@ -75,6 +77,31 @@ def _commit() -> str:
     return r.stdout.strip() or "unknown"
 
 
+def _spin(iterations: int) -> int:
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+CEILING_ITERATIONS = 20_000_000  # about 1-2 s of pure Python on one core
+
+
+def ceiling(n: int) -> float:
+    """The machine's own ceiling for ``n`` processes: ``n`` copies of a pure-Python loop on
+    ``n`` processes at once, as a speed-up over one copy alone (shared or hyperthreaded
+    cores, a lower clock under load, all show here, with no sweep code involved)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(n) as pool:
+        pool.map(_spin, [1000] * n)  # the workers started before the clock
+        t0 = time.perf_counter()
+        pool.map(_spin, [CEILING_ITERATIONS] * n)
+        wall = time.perf_counter() - t0
+    return wall
+
+
 def _cluster_start_s(n: int) -> float:
     """Wall seconds to start (and close) a LocalCluster of ``n`` workers as the sweep does:
     the part of a parallel sweep's time that is not the work."""
@@ -110,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     per_seed = a.points // a.seeds
+    loops = {n: min(ceiling(n), ceiling(n)) for n in sorted(workers)}  # best of two
+    ceilings = {n: round(n * loops[1] / t, 3) for n, t in loops.items()}
+    print(f"pure-Python ceiling (speed-up of n loops on n processes): {ceilings}", flush=True)
     rows = []
     for steps in steps_list:
         spec = SweepSpec("qwen35-mtp3", (POLICY,), (), per_seed, a.seeds, steps)
@@ -130,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                          "seeds": a.seeds, "wall_s": round(wall, 3),
                          "cluster_start_s": round(start_s, 3),
                          "speedup": round(base_s / wall, 3),
+                         "python_ceiling": ceilings[n],
                          "efficiency": round(base_s / wall / n, 3),
                          "sha256": digest.hexdigest()})  # fmt: skip
             print(f"steps={steps} workers={n}: {wall:.1f} s, speed-up {base_s / wall:.2f}",
@@ -152,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": _commit(), "policy": POLICY, "seeds": a.seeds, "points": per_seed * a.seeds,
         "steps": steps_list, "workers": sorted(workers), "same_bytes": same,
         "goal": f"speed-up >= {GOAL} x workers at {top} workers",
+        "python_ceiling": {str(k): v for k, v in ceilings.items()},
         "goal_met_by_steps": verdict,
     })  # fmt: skip
     _figure(out / "scaling.png", rows, steps_list, sorted(workers))
@@ -169,6 +201,9 @@ def _figure(path: Path, rows: list[dict], steps_list: list[int], workers: list[i
     ax.plot(workers, workers, color="0.6", lw=1, ls="--", label="ideal")
     ax.plot(workers, [GOAL * w for w in workers], color="0.6", lw=1, ls=":",
             label=f"goal ({GOAL} x workers)")  # fmt: skip
+    first = [r for r in rows if r["steps"] == steps_list[0]]
+    ax.plot([r["workers"] for r in first], [r["python_ceiling"] for r in first], color="k",
+            lw=1.2, marker="x", label="ceiling: n pure-Python loops at once")  # fmt: skip
     for steps in steps_list:
         mine = [r for r in rows if r["steps"] == steps]
         ax.plot([r["workers"] for r in mine], [r["speedup"] for r in mine], marker="o",
