@@ -87,7 +87,7 @@ def _spin(iterations: int) -> int:
 CEILING_ITERATIONS = 20_000_000  # about 1-2 s of pure Python on one core
 
 
-def ceiling(n: int) -> float:
+def ceiling(n: int, iterations: int = CEILING_ITERATIONS) -> float:
     """The machine's own ceiling for ``n`` processes: ``n`` copies of a pure-Python loop on
     ``n`` processes at once, as a speed-up over one copy alone (shared or hyperthreaded
     cores, a lower clock under load, all show here, with no sweep code involved)."""
@@ -97,7 +97,7 @@ def ceiling(n: int) -> float:
     with ctx.Pool(n) as pool:
         pool.map(_spin, [1000] * n)  # the workers started before the clock
         t0 = time.perf_counter()
-        pool.map(_spin, [CEILING_ITERATIONS] * n)
+        pool.map(_spin, [iterations] * n)
         wall = time.perf_counter() - t0
     return wall
 
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--points", type=int, default=10_000)
     ap.add_argument("--steps", default="1000,20000")
     ap.add_argument("--tag", default="", help="a name for the machine, kept in scaling.json")
+    ap.add_argument("--ceiling-iterations", type=int, default=CEILING_ITERATIONS,
+                    help="length of the pure-Python loop of the ceiling")  # fmt: skip
     a = ap.parse_args(argv)
     workers, steps_list = _ints(a.workers), _ints(a.steps)
     if 1 not in workers:
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     per_seed = a.points // a.seeds
-    loops = {n: min(ceiling(n), ceiling(n)) for n in sorted(workers)}  # best of two
+    it = a.ceiling_iterations
+    loops = {n: min(ceiling(n, it), ceiling(n, it)) for n in sorted(workers)}  # best of two
     ceilings = {n: round(n * loops[1] / t, 3) for n, t in loops.items()}
     print(f"pure-Python ceiling (speed-up of n loops on n processes): {ceilings}", flush=True)
     rows = []

@@ -1,0 +1,39 @@
+"""scripts/sweep_scaling.py on a tiny sweep: rows, the same bytes at each count, the figure."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from load import limit_s
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_scaling_script_measures_every_count_on_the_same_bytes(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    out = tmp_path / "scaling"
+    r = subprocess.run(
+        [sys.executable, "scripts/sweep_scaling.py", "--out", str(out), "--workers", "1,2",
+         "--seeds", "2", "--points", "4", "--steps", "12,20", "--ceiling-iterations", "10000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((out / "scaling.csv").open()))
+    assert [(r["steps"], r["workers"]) for r in rows] == [
+        ("12", "1"), ("12", "2"), ("20", "1"), ("20", "2")
+    ]  # fmt: skip
+    assert rows[0]["sha256"] == rows[1]["sha256"] != rows[2]["sha256"] == rows[3]["sha256"]
+    assert float(rows[0]["speedup"]) == 1.0 and float(rows[1]["cluster_start_s"]) > 0
+    meta = json.loads((out / "scaling.json").read_text())
+    assert meta["same_bytes"] is True and meta["cores"] >= 1 and meta["points"] == 4
+    assert set(meta["python_ceiling"]) == {"1", "2"} and meta["python_ceiling"]["1"] == 1.0
+    assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = subprocess.run([sys.executable, "scripts/sweep_scaling.py", "--out", str(out),
+                          "--workers", "2,4"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=limit_s(60))  # fmt: skip
+    assert bad.returncode != 0 and "include 1" in bad.stderr
