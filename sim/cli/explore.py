@@ -147,9 +147,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_sweep(spec, load_scenario(args.scenario), Path(args.out))
     workers = args.workers
     if workers != 1 and not args.scheduler:
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        # Whether Dask is there, without importing it (about 0.7 s, more than a small sweep
+        # takes): the sweep imports it only if it starts a cluster.
+        if importlib.util.find_spec("distributed") is None:
             if workers > 1 or (os.cpu_count() or 1) >= AUTO_MIN_CORES:  # else serial anyway
                 print("note: Dask is not installed (pip install 'specrace[dask]'): serial")
             workers = 1
