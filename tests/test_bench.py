@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,31 @@ def _only_the_avoided_extra_step_differs(before: dict, after: dict) -> None:
     assert set(a["req_ids"]) <= set(b["req_ids"])
     (req,) = skipped
     assert req in b_steps[first + 1]["finished"] and req in a_steps[first + 1]["finished"]
+
+
+def test_bench_waits_times_each_command_in_loop_units(monkeypatch, capsys) -> None:
+    """``bench --waits`` on two quick commands: a row per command with its wall time in units
+    of the reference loop, the goal's verdict where there is a goal, and a failed command's
+    exit status kept (the bench then exits 1)."""
+    import sim.explore.bench_waits as waits
+
+    assert {name for name, _argv, _goal in waits.commands(Path("/tmp"))} >= {
+        "check R=3 S=3 k=3", "risk (defaults)", "README sweep, default executor",
+        "README sweep, --workers 1",
+    }  # fmt: skip
+    monkeypatch.setattr(waits, "LOOP_ITERATIONS", 100_000)
+    monkeypatch.setattr(waits, "commands", lambda tmp: [
+        ("README sweep, default executor", ["params", "--timing", "h200"], 1000.0),
+        ("README sweep, --workers 1", ["params", "--timing", "h200"], None),
+    ])  # fmt: skip
+    assert waits.main(fmt="json") == 0
+    rows = json.loads(capsys.readouterr().out)  # progress on stderr: stdout is the table
+    assert [r["command"] for r in rows] == ["README sweep, default executor",
+                                            "README sweep, --workers 1"]  # fmt: skip
+    assert all(r["exit"] == 0 and r["loops"] > 0 for r in rows)
+    assert rows[0]["meets_goal"] is True and rows[1]["meets_goal"] is None
+    monkeypatch.setattr(waits, "commands", lambda tmp: [
+        ("README sweep, default executor", ["params", "--timing", "no-such-file"], None),
+        ("README sweep, --workers 1", ["params"], None),
+    ])  # fmt: skip
+    assert waits.main(fmt="json") == 1

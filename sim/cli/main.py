@@ -273,6 +273,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     cost = bench_s(args.steps, args.points, args.vector_steps, args.long_steps, args.sweep)
     check_budget("bench", cost, args.budget, "fewer --steps, --points, --long-steps or --sweep")
+    if args.waits:
+        from sim.explore.bench_waits import main as waits_main
+
+        return waits_main(fmt=args.table_format)
     if args.sweep:
         import json
 
@@ -510,6 +514,10 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
                    help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
                    "workers, SimPy tier on 1)")  # fmt: skip
+    b.add_argument("--waits", action="store_true",
+                   help="instead: the commands a person waits for (check, risk, a streamed "
+                   "run, the README sweep), end to end, in units of a pure-Python loop timed "
+                   "in the same run (a few minutes)")  # fmt: skip
     b.add_argument("--budget", type=budget_arg, default=BUDGET_H, metavar="HOURS",
                    help="refuse a bench estimated to take longer (CPU hours)")  # fmt: skip
     tables.add_format_arg(b, "the measurements")
