@@ -188,19 +188,7 @@ def schedule_step(
         admitted.append(item)
         budget -= item[2]
     if admitted:  # one part for all admitted requests (each request once: order-free draws)
-        a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*admitted, strict=True))
-        one = np.array(a_idx, dtype=np.int64)
-        drafts_a = np.array(a_drafts, dtype=np.int64)
-        parts.append(
-            (
-                one,
-                st.epoch[one],
-                np.array(a_tokens, dtype=np.int64),
-                drafts_a,
-                accept(st, one, drafts_a),
-                np.array(a_samples, dtype=bool),
-            )
-        )
+        parts.append(_part(st, admitted))
     if not parts:
         z = np.zeros(0, dtype=np.int64)
         return Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
@@ -327,10 +315,16 @@ def schedule_step_kv(
     if not items:
         z = np.zeros(0, dtype=np.int64)
         return Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
+    return Batch(*_part(st, items)), new_ids, new_pos
+
+
+def _part(st: ReqStates, items: list[tuple[int, int, int, bool]]) -> tuple:
+    """Batch columns of ``(request index, drafts, tokens, samples)`` items: the requests, their
+    epochs, tokens, drafts, accepted counts (drawn here, once per request) and samples."""
     a_idx, a_drafts, a_tokens, a_samples = (list(c) for c in zip(*items, strict=True))
     idx = np.array(a_idx, dtype=np.int64)
     drafts = np.array(a_drafts, dtype=np.int64)
-    batch = Batch(
+    return (
         idx,
         st.epoch[idx],
         np.array(a_tokens, dtype=np.int64),
@@ -338,7 +332,6 @@ def schedule_step_kv(
         accept(st, idx, drafts),
         np.array(a_samples, dtype=bool),
     )
-    return batch, new_ids, new_pos
 
 
 def _zeros(r: np.ndarray) -> np.ndarray:
