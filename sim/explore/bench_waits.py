@@ -95,7 +95,7 @@ def main(fmt: str = "table") -> int:
             wall, rc = _timed(argv)
             goal_loops = goal_s / LOOP_S_HERE if goal_s is not None else None
             rows.append({
-                "command": name, "argv": " ".join(argv[:6]), "exit": rc,
+                "command": name, "exit": rc,
                 "wall_s": round(wall, 2),
                 "loops": round(wall / loop, 1),
                 "goal_loops": round(goal_loops, 1) if goal_loops is not None else None,

@@ -163,19 +163,11 @@ def schedule_keys(base: Scenario, todo: list[tuple[dict[str, Any], list[str]]]) 
     memo: dict[tuple, str] = {}
     keys = []
     for point, _ in todo:
-        settings = point["set"]
-        shape = tuple(
-            sorted(
-                (k, json.dumps(v, sort_keys=True, default=str))
-                for k, v in settings.items()
-                if k != "swarm" and not k.startswith("timing.")
-            )
-        )
-        mk = (shape, point["seed"])
+        kept = {
+            k: v for k, v in point["set"].items() if k != "swarm" and not k.startswith("timing.")
+        }
+        mk = (json.dumps(kept, sort_keys=True, default=str), point["seed"])
         if mk not in memo:
-            kept = {
-                k: v for k, v in settings.items() if k != "swarm" and not k.startswith("timing.")
-            }
             memo[mk] = schedule_key(_scenario_for(base, kept), point["seed"])
         keys.append(memo[mk])
     return keys

@@ -135,10 +135,6 @@ class _Means:
         return jittered_ns_array(mean, u, frac)
 
 
-def _mx(a, b):
-    return np.maximum(a, b)
-
-
 @dataclass
 class PointsResult:
     """What :func:`simulate_points` computed for ``n_points`` timing points of one schedule."""

@@ -248,16 +248,12 @@ def estimate_all(
     groups: dict[tuple, list[int]] = {}
     for i, (sc, _name) in enumerate(specs):
         groups.setdefault((sc.engine, sc.workload), []).append(i)
-    units = [
-        (seed, steps, engine, tuple(specs[i] for i in members))
-        for seed in range(seeds)
-        for members in groups.values()
-    ]
-    results = map_units(_group_unit, units, workers, preload=(__name__,))
+    plan = [(seed, members) for seed in range(seeds) for members in groups.values()]
+    units = [(seed, steps, engine, tuple(specs[i] for i in members)) for seed, members in plan]
     tallies: list[list[SeedTally]] = [[] for _ in specs]
-    for (_seed, _steps, _engine, _specs), out, members in zip(
-        units, results, [m for _ in range(seeds) for m in groups.values()], strict=True
-    ):
+    for (_seed, members), out in zip(
+        plan, map_units(_group_unit, units, workers, preload=(__name__,)), strict=True
+    ):  # seed order: the units are in it
         for i, t in zip(members, out, strict=True):
             tallies[i].append(t)
     return [pool(name, tallies[i]) for i, (_sc, name) in enumerate(specs)]
