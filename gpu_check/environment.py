@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import platform
 import subprocess
+from pathlib import Path
 
 
 def environment(device: str = "cuda") -> dict:
@@ -35,6 +36,17 @@ def environment(device: str = "cuda") -> dict:
         "fla_core": fla_version,
         **env,
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _cmd(argv: list[str]) -> str:

@@ -18,12 +18,10 @@ the machine's ceiling: n pure-Python loops on n processes at once as a speed-up 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,8 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpu_check.environment import cpu_model, environment  # noqa: E402
 from sim.explore.sweep import SweepSpec, run_sweep  # noqa: E402
 from sim.runs.io import atomic_write, atomic_write_text, write_json  # noqa: E402
+from sim.runs.run import versions  # noqa: E402
 
 GOAL = 0.7  # speed-up at the most workers >= GOAL x workers
 POLICY = "synced-gather"
@@ -50,31 +50,13 @@ def _ints(text: str) -> list[int]:
 
 
 def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for mod in ("numpy", "pandas", "pyarrow", "simpy", "dask", "distributed"):
+    out = versions()  # the simulator's, as every run records them
+    for mod in ("dask", "distributed"):
         try:
             out[mod] = __import__(mod).__version__
         except ImportError:
             out[mod] = "absent"
     return out
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _commit() -> str:
-    if os.environ.get("SPECRACE_COMMIT"):
-        return os.environ["SPECRACE_COMMIT"]
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                       text=True, check=False)  # fmt: skip
-    return r.stdout.strip() or "unknown"
 
 
 def _spin(iterations: int) -> int:
@@ -181,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "scaling.json", {
         "what": "sim sweep --swarm, vector tier, wall seconds end to end (LocalCluster start "
                 "included for workers > 1); speed-up over workers = 1 (serial, in process)",
-        "tag": a.tag, "cpu": _cpu(), "cores": os.cpu_count(), "platform": platform.platform(),
-        "versions": _versions(), "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": _commit(), "policy": POLICY, "seeds": a.seeds, "points": per_seed * a.seeds,
+        **environment("cpu"), "tag": a.tag, "cpu": cpu_model(), "cores": os.cpu_count(),
+        "platform": platform.platform(), "versions": _versions(), "policy": POLICY,
+        "seeds": a.seeds, "points": per_seed * a.seeds,
         "steps": steps_list, "workers": sorted(workers), "same_bytes": same,
         "goal": f"speed-up >= {GOAL} x workers at {top} workers",
         "python_ceiling": {str(k): v for k, v in ceilings.items()},

@@ -30,6 +30,7 @@ from vllm.v1.attention.backends.utils import (  # noqa: E402
 )
 from vllm.v1.worker.gpu_input_batch import InputBatch  # noqa: E402
 
+from gpu_check.environment import cpu_model  # noqa: E402
 from sim.model.params import load_scenario  # noqa: E402
 from sim.model.scheduling import build_schedule  # noqa: E402
 
@@ -108,16 +109,6 @@ def replay(steps: int, seed: int) -> None:
         out = type("SchedulerOutput", (), {"num_scheduled_tokens": step.num_scheduled})
         reorder_batch_to_split_decodes_and_prefills(ib, out, 1 + sc.engine.num_speculative_tokens)
         ib.refresh_metadata()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main() -> int:
