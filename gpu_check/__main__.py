@@ -125,6 +125,10 @@ def build_parser(
         help="run the --patch arms this many rounds, each in a rotated order (throughput)",
     )  # fmt: skip
     v.add_argument(
+        "--repeats", type=_count(100), default=1,
+        help="run every configuration this many times, round after round (repeatability)",
+    )  # fmt: skip
+    v.add_argument(
         "--runner", choices=("v1", "v2"), default="v1",
         help="v1: VLLM_USE_V2_MODEL_RUNNER=0 (the racy runner); v2: =1 (MRv2)",
     )  # fmt: skip

@@ -123,7 +123,7 @@ class RunConfig:
     arrival_every: int = 2
     baseline: bool = True  # also time a pass with the row/read hooks off
     patch: str = "none"  # gpu_check.vllm.patches: the fix installed for this arm
-    rep: int = 0  # repeat of an arm (vllm-run --arm-repeats), for side-by-side throughput
+    rep: int = 0  # repeat of an arm (vllm-run --arm-repeats / --repeats): throughput, repeatability
     label: str = field(default="", compare=False)
 
     @property

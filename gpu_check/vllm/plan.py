@@ -14,7 +14,8 @@ the sim policy its fix implements (:data:`gpu_check.vllm.patches.PATCHES`).
 ``--grid FILE`` predicts several ``vllm-run`` invocations at once (releases, k, arrivals
 differ between them): a TOML file of ``[[run]]`` tables, each one invocation's arguments
 (``name``, its ``--out`` folder; ``vllm``, ``k``, ``modes``, ``configs``, and optionally
-``arrivals``, ``arrival_every``, ``num_requests``, ``seed``, ``output_range``, ``patch``).
+``arrivals``, ``arrival_every``, ``num_requests``, ``seed``, ``output_range``, ``patch``,
+``repeats``: every configuration that many passes, each predicted alike).
 ``predictions.json`` then lists each invocation's exact ``vllm-run`` command, and every
 configuration names its run (``run``) so ``vllm-outcome`` finds it even where two runs share a
 configuration name. Each configuration says whether any committed run under data/vllm
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +135,13 @@ def plan(
     except (OSError, ValueError, KeyError) as e:
         raise SpecraceError(f"{CALIBRATION}: no calibration ({e})") from None
     full: list[GridArm] = [a if len(a) == 5 else (*a, k, "") for a in arms]  # type: ignore[misc]
-    configs = [predict_config(v, m, c, cal, k_, seeds, r) for v, m, c, k_, r in full]
+    configs = []
+    first: dict[tuple, dict[str, Any]] = {}  # a repeat (rep > 0) is predicted as its first pass
+    for v, m, c, k_, r in full:
+        key = (v, m, replace(c, rep=0), k_, r)
+        if key not in first:
+            first[key] = predict_config(v, m, replace(c, rep=0), cal, k_, seeds, r)
+        configs.append({**first[key], "config": c.name, "run_config": c.to_dict()})
     doc = {
         "schema": "specrace.vllm_predictions",
         "command": command,
@@ -184,7 +192,7 @@ def never_run(vllm: str, mode: str, cfg: RunConfig, k: int) -> bool:
 
 GRID_KEYS = {
     "name", "vllm", "k", "modes", "configs", "arrivals", "arrival_every", "num_requests",
-    "seed", "output_range", "patch",
+    "seed", "output_range", "patch", "repeats",
 }  # fmt: skip
 
 
@@ -195,7 +203,7 @@ def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
 
     from gpu_check.vllm.config import parse_plan
     from gpu_check.vllm.patches import patch_names
-    from gpu_check.vllm.run import parse_range, with_patches
+    from gpu_check.vllm.run import parse_range, with_patches, with_repeats
 
     try:
         doc = tomllib.loads(path.read_text())
@@ -230,13 +238,18 @@ def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
         if base.arrivals not in ("all-at-start", "staggered"):
             raise ValueError(f"--grid run {r['name']}: arrivals {base.arrivals!r}")
         patch = r.get("patch", "none")
+        repeats = int(r.get("repeats", 1))
+        if not 1 <= repeats <= 100:
+            raise ValueError(f"--grid run {r['name']}: repeats must be in 1..100")
         by_mode = with_patches(parse_plan(r["modes"], r["configs"], base), patch_names(patch))
+        by_mode = with_repeats(by_mode, repeats)
         arms += [(r["vllm"], m, c, k, r["name"]) for m, cs in by_mode.items() for c in cs]
         argv = ["vllm-run", "--vllm-version", r["vllm"], "--k", str(k), "--modes", r["modes"],
                 "--configs", r["configs"], "--arrivals", base.arrivals,
                 "--arrival-every", str(base.arrival_every),
                 "--num-requests", str(base.num_requests), "--seed", str(base.seed),
                 "--output-range", f"{lo}:{hi}", "--patch", patch,
+                *(["--repeats", str(repeats)] if repeats > 1 else []),
                 "--out", f"RUNS/{r['name']}"]  # fmt: skip
         commands.append("python -m gpu_check " + shlex.join(argv))
     return arms, commands

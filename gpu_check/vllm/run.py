@@ -517,6 +517,18 @@ def with_patches(
     return {**plan, "align": arms}
 
 
+def with_repeats(plan: dict[str, list[RunConfig]], repeats: int) -> dict[str, list[RunConfig]]:
+    """Every configuration of every mode ``repeats`` times (``rep`` 0..N-1), round after round
+    (each round runs every configuration once), so that the passes of one configuration are
+    spread over the engine's life rather than back to back: how reproducible one
+    configuration is from pass to pass (``vllm-repeatability``)."""
+    if repeats == 1:
+        return plan
+    if any(c.rep for cs in plan.values() for c in cs):
+        raise ValueError("--repeats and --arm-repeats cannot be combined")
+    return {m: [replace(c, rep=r) for r in range(repeats) for c in cs] for m, cs in plan.items()}
+
+
 def main_run(args: Any) -> int:
     """The CLI entry: one line and status 2 when CUDA or vLLM is missing."""
     from gpu_check.vllm.config import parse_plan
@@ -536,6 +548,7 @@ def main_run(args: Any) -> int:
         plan = with_patches(
             parse_plan(args.modes, args.configs, base), patch_names(args.patch), args.arm_repeats
         )
+        plan = with_repeats(plan, getattr(args, "repeats", 1))
         weights.check_variant(getattr(args, "weights", "zero"))
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)

@@ -66,3 +66,38 @@ def test_plan_grid_refuses_bad_files_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing ['configs']" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_plan_grid_repeats_every_configuration_round_after_round(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(
+        '[[run]]\nname = "rep"\nvllm = "0.24.0"\nk = 1\nmodes = "align,none"\n'
+        'configs = "24:0,24:15000"\nnum_requests = 24\nrepeats = 3\n'
+    )
+    out = tmp_path / "pre"
+    assert main(["vllm-plan", "--grid", str(grid), "--seeds", "1", "--out", str(out)]) == 0
+    doc = json.loads((out / "predictions.json").read_text())
+    names = [(c["mode"], c["config"]) for c in doc["configs"]]
+    # rounds: each configuration once per round, both modes repeated
+    rounds = ["s24_d0ms", "s24_d15ms", "s24_d0ms_r1", "s24_d15ms_r1", "s24_d0ms_r2", "s24_d15ms_r2"]
+    assert names[:6] == [("align", n) for n in rounds]
+    assert len(names) == 12 and len(set(names)) == 12
+    assert "--repeats 3" in doc["runs"][0]
+    by = {}
+    for c in doc["configs"]:  # a repeat is predicted as its first pass, rep recorded
+        by.setdefault((c["mode"], c["config"].split("_r")[0]), []).append(c)
+    for group in by.values():
+        assert [c["run_config"]["rep"] for c in group] == [0, 1, 2]
+        assert len({(c["wrong"], c["step_ms"], json.dumps(c["landing"])) for c in group}) == 1
+
+
+def test_repeats_cannot_stack_on_arm_repeats():
+    import pytest
+
+    from gpu_check.vllm.config import RunConfig
+    from gpu_check.vllm.run import with_patches, with_repeats
+
+    plan = with_patches({"align": [RunConfig()]}, ["none", "private-d2h"], repeats=2)
+    with pytest.raises(ValueError, match="--repeats and --arm-repeats"):
+        with_repeats(plan, 2)
+    assert with_repeats(plan, 1) is plan
