@@ -185,6 +185,13 @@ def build_parser(
     oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
     add_format_arg(oc, "the results, one per configuration")
 
+    rp = sub.add_parser(
+        "vllm-repeatability", help="the forward criterion between passes of one configuration"
+    )
+    rp.add_argument("runs", nargs="+", help="folders of exported runs (searched at any depth)")
+    rp.add_argument("--out", required=True, help="folder for summary.json and pairs.csv")
+    add_format_arg(rp, "the judged pairs (pairs.csv)")
+
     fg = sub.add_parser("vllm-figure", help="one observed wrong read of a vLLM run, as a timeline")
     fg.add_argument("dir", help="an exported run folder (v<release>/<mode>_<config>/)")
     fg.add_argument("--out", required=True, help="the PNG to write")
@@ -515,6 +522,21 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 
 
+def cmd_vllm_repeatability(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.repeatability import repeatability_text, write_repeatability
+
+    out = _out_dir(args.out, "vllm-repeatability")
+    runs = [Path(r) for r in args.runs]
+    doc = _vllm_input(write_repeatability, runs, out, what=" ".join(args.runs))
+    if args.table_format == "table":
+        return repeatability_text(doc)
+    import pandas as pd
+
+    return render(args.table_format, pd.read_csv(out / "pairs.csv").to_dict("records"), "")
+
+
 def cmd_vllm_ab(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -560,6 +582,7 @@ COMMANDS = {
     "vllm-forward": cmd_vllm_forward,
     "vllm-plan": cmd_vllm_plan,
     "vllm-outcome": cmd_vllm_outcome,
+    "vllm-repeatability": cmd_vllm_repeatability,
     "vllm-ab": cmd_vllm_ab,
     "vllm-figure": cmd_vllm_figure,
     "vllm-consequence": cmd_vllm_consequence,

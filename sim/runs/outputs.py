@@ -44,6 +44,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "vllm-run": ("summary.json", "raw_*.json*", "raw/raw_*.json*", "*.log", "*_d*ms/*"),
     "vllm-export": ("export.json", "schedule.json", "*.parquet", "agreement.json"),
     "vllm-forward": ("forward.csv", "forward.md", "summary.json", "timing-*.toml"),
+    "vllm-repeatability": ("summary.json", "pairs.csv"),
 }  # fmt: skip
 # A file at the top of every unmarked output folder of ours (of some kind).
 _TOP_NAMES = {"meta.json", "schedule.json", "schedule.parquet", "comparison.json",
