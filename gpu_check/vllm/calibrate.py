@@ -50,10 +50,11 @@ class Measured:
     max_num_seqs: int
     gpu_delay_us: int
     export: dict[str, Any]
+    k: int = 3  # num_speculative_tokens of the run
 
     @property
-    def group(self) -> tuple[str, str, int]:
-        return (self.vllm, self.mode, self.max_num_seqs)
+    def group(self) -> tuple[str, str, int, int]:
+        return (self.vllm, self.mode, self.max_num_seqs, self.k)
 
 
 def find_configs(root: Path) -> list[Measured]:
@@ -62,11 +63,15 @@ def find_configs(root: Path) -> list[Measured]:
     if not root.is_dir():
         raise SpecraceError(f"{root}: not a folder (expected data/vllm)")
     out = []
-    for exp in sorted(root.glob("*/*/export.json")):
+    found = sorted(root.glob("*/*/export.json"))
+    found += sorted(root.glob(f"{FORWARD_RUNS}/*/*/export.json"))
+    for exp in found:
         meta = json.loads(exp.read_text())
         if meta.get("runner") == "v2" or not (exp.parent / "steps_vllm.parquet").is_file():
             continue
-        run = exp.parent.parent.name
+        if meta.get("patch", "none") != "none":
+            continue
+        run = str(exp.parent.parent.relative_to(root))
         raw = exp.parent.parent / "raw" / f"raw_{exp.parent.name}.json.gz"
         if not raw.is_file():
             raise SpecraceError(f"{raw}: raw record missing for {exp.parent}")
@@ -75,11 +80,29 @@ def find_configs(root: Path) -> list[Measured]:
                 run=run, folder=exp.parent, raw_path=raw, mode=meta["mode"],
                 vllm=meta["vllm_version"], max_num_seqs=int(meta["max_num_seqs"]),
                 gpu_delay_us=int(meta["gpu_delay_us"]), export=meta,
+                k=run_k(exp.parent.parent, meta["mode"]),
             )
         )  # fmt: skip
     if not out:
         raise SpecraceError(f"{root}: no exported vLLM configuration (*/<mode>_<config>/)")
     return out
+
+
+FORWARD_RUNS = "forward-*"  # the pre-registered forward runs: data/vllm/forward-23/<run>/...
+
+
+def run_k(run: Path, mode: str) -> int:
+    """``num_speculative_tokens`` of a vllm-run folder's ``mode`` (its summary.json; 3 where a
+    run before k was an option recorded none)."""
+    path = run / "summary.json"
+    try:
+        engine = json.loads(path.read_text())["modes"][mode]["engine"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 3
+    k = engine.get("num_speculative_tokens", 3)
+    if not isinstance(k, int) or not 1 <= k <= 15:
+        raise SpecraceError(f"{path}: num_speculative_tokens {k!r} is not in 1..15")
+    return k
 
 
 # -- measured spans ---------------------------------------------------------------------------
@@ -151,12 +174,61 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
             groups[group_name(group)] = _host(base, raws, spans, h200, prior, slow)
             groups[group_name(group)]["timing"].update(phases[group[0]]["timing"])
     gpu = _gpu_line(configs, spans, prior, groups)
+    rpc_k = _rpc_per_k(configs, spans)
     for g in groups.values():
         g["timing"]["gpu_forward_ns_base"] = gpu["gpu_forward_ns_base"]
         g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
         g["timing"]["gpu_jitter_frac"] = gpu["gpu_jitter_frac"]
         g["timing"] = dict(sorted(g["timing"].items()))
-    return {"gpu": gpu, "host_phases": phases, "groups": groups}
+    return {"gpu": gpu, "host_phases": phases, "rpc_per_k": rpc_k, "groups": groups}
+
+
+def _rpc_per_k(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> dict[str, Any]:
+    """How the drafter's share of the host step grows with k: per host-only pass (delay 0),
+    the median of ``d2h_to_update`` (drafter launch + engine core) over the median of
+    ``launch_to_d2h`` (forward launch + sampler, which k leaves alone) on its decode-only steps
+    landed at entry; a ratio, so the pass's own host speed cancels. A line in k per release
+    over its passes, given as the relative slope ``beta`` (rpc(k) = rpc(3) x (1 + beta (k -
+    3))); a release whose passes have one k takes the slope of the pooled releases, each
+    pass's ratio over its release's median ratio at k = 3."""
+    per: dict[str, list[tuple[int, float]]] = {}
+    for c in configs:
+        if c.gpu_delay_us != 0:
+            continue
+        t = spans[c.folder]
+        calm = t[t["entry"] & ~t["prefill"]]
+        if len(calm) < MIN_MODE_STEPS:
+            continue
+        ratio = float(calm["d2h_to_update_ns"].median() / calm["launch_to_d2h_ns"].median())
+        per.setdefault(c.vllm, []).append((c.k, ratio))
+
+    def line(points: list[tuple[int, float]]) -> tuple[float, float]:
+        b, a = np.polyfit([k for k, _ in points], [r for _, r in points], 1)
+        return float(a), float(b)
+
+    pooled = []
+    for pts in per.values():
+        at3 = [r for k, r in pts if k == 3]
+        if at3:
+            pooled += [(k, r / float(np.median(at3))) for k, r in pts]
+    pooled_beta = None
+    if len({k for k, _ in pooled}) >= 2:
+        a, b = line(pooled)
+        pooled_beta = b / (a + 3 * b)
+    out: dict[str, Any] = {}
+    for vllm, pts in sorted(per.items()):
+        ks = sorted({k for k, _ in pts})
+        by_k = {str(k): round(float(np.median([r for k_, r in pts if k_ == k])), 4) for k in ks}
+        if len(ks) >= 2:
+            a, b = line(pts)
+            beta, source = b / (a + 3 * b), "own passes"
+        elif pooled_beta is not None:
+            beta, source = pooled_beta, "pooled releases"
+        else:
+            beta, source = 0.0, "no pass at another k: rpc left as at k = 3"
+        out[vllm] = {"ratio_rpc_over_sample_by_k": by_k, "passes": len(pts),
+                     "beta": round(beta, 4), "from": source}  # fmt: skip
+    return out
 
 
 def _pure_host(c: Measured) -> bool:
@@ -224,10 +296,12 @@ def _gpu_line(
     prior: TimingParams,
     groups: dict[str, Any],
 ) -> dict[str, Any]:
-    bound = [
+    bound = [  # k = 3: the line's intercepts are per concurrency at that k's tokens per step
         c
         for c in configs
-        if c.mode == "align" and spans[c.folder]["entry"].mean() < GPU_BOUND_ENTRY_FRACTION
+        if c.mode == "align"
+        and c.k == 3
+        and spans[c.folder]["entry"].mean() < GPU_BOUND_ENTRY_FRACTION
     ]
     seqs = sorted({c.max_num_seqs for c in bound})
     if len(seqs) < 2 or len({c.gpu_delay_us for c in bound}) < 2:
@@ -235,7 +309,7 @@ def _gpu_line(
     # the host gap between the copy landing (align waits for it) and the next forward's launch
     gap = {}
     for s in seqs:
-        name = group_name((bound[0].vllm, "align", s))
+        name = group_name((bound[0].vllm, "align", s, 3))
         if name not in groups:
             raise SpecraceError(f"the GPU line needs a delay-0 run of {name}")
         t = groups[name]["timing"]
@@ -347,30 +421,56 @@ def _host(
     }
 
 
-def group_name(group: tuple[str, str, int]) -> str:
-    return f"{group[0]}-{group[1]}-s{group[2]}"
+def group_name(group: tuple[str, str, int] | tuple[str, str, int, int]) -> str:
+    """``0.24.0-align-s16`` (k = 3, the committed runs' k), ``0.24.0-align-s24-k1``."""
+    k = group[3] if len(group) > 3 else 3  # type: ignore[misc]
+    return f"{group[0]}-{group[1]}-s{group[2]}" + (f"-k{k}" if k != 3 else "")
+
+
+def parse_group_name(name: str) -> tuple[str, str, int, int]:
+    parts = name.split("-")
+    k = int(parts[3][1:]) if len(parts) > 3 else 3
+    return parts[0], parts[1], int(parts[2][1:]), k
 
 
 MAX_EXTRAPOLATED_SEQS = 64
 
 
-def group_timing(cal: dict[str, Any], vllm: str, mode: str, seqs: int) -> dict[str, int]:
-    """The calibrated timing of (release, mode, ``max_num_seqs``), for a concurrency no run
-    measured too: every host cost linear in ``max_num_seqs`` between the release's two
-    measured concurrencies of that mode (16 and 64), or, where the release measured only one
-    (0.33.0: 16), that one plus the per-sequence slope of the release that measured two
-    (0.24.0, the same mode). Counts and probabilities are not interpolated; nothing past
-    64 sequences is extrapolated."""
+def group_timing(
+    cal: dict[str, Any], vllm: str, mode: str, seqs: int, k: int = 3
+) -> dict[str, int]:
+    """The calibrated timing of (release, mode, ``max_num_seqs``, k), for a configuration no
+    run measured too: every host cost at k = 3 linear in ``max_num_seqs`` between the
+    release's two measured concurrencies of that mode (16 and 64), or, where the release
+    measured only one (0.33.0: 16), that one plus the per-sequence slope of the release that
+    measured two (0.24.0, the same mode); then, for another k, the drafter's part
+    (``worker_rpc_dispatch_ns``) scaled by the release's line in k (``rpc_per_k``). Counts and
+    probabilities are not interpolated; nothing past 64 sequences is extrapolated."""
     groups = cal["groups"]
-    name = group_name((vllm, mode, seqs))
+    name = group_name((vllm, mode, seqs, k))
+    if name in groups:
+        return dict(groups[name]["timing"])
+    out = _timing_at_k3(cal, vllm, mode, seqs)
+    if k != 3:
+        beta = cal.get("rpc_per_k", {}).get(vllm, {}).get("beta", 0.0)
+        factor = 1.0 + beta * (k - 3)
+        if factor <= 0:
+            raise SpecraceError(f"{name}: the drafter's line in k gives no time at k = {k}")
+        out["worker_rpc_dispatch_ns"] = int(round(out["worker_rpc_dispatch_ns"] * factor))
+    return out
+
+
+def _timing_at_k3(cal: dict[str, Any], vllm: str, mode: str, seqs: int) -> dict[str, int]:
+    groups = cal["groups"]
+    name = group_name((vllm, mode, seqs, 3))
     if name in groups:
         return dict(groups[name]["timing"])
     if not 0 < seqs <= MAX_EXTRAPOLATED_SEQS:
         raise SpecraceError(f"{name}: no calibration past {MAX_EXTRAPOLATED_SEQS} sequences")
 
-    def measured(release: str) -> list[int]:
-        pre = f"{release}-{mode}-s"
-        return sorted(int(g[len(pre) :]) for g in groups if g.startswith(pre))
+    def measured(release: str) -> list[int]:  # the concurrencies measured at k = 3
+        keys = [parse_group_name(g) for g in groups]
+        return sorted(s_ for v, m, s_, k_ in keys if v == release and m == mode and k_ == 3)
 
     own = measured(vllm)
     if not own:
@@ -439,9 +539,11 @@ SOURCES = {
 def timing_toml(cal: dict[str, Any], name: str) -> str:
     """A sim timing file (``[timing]`` only) of one group, with its provenance."""
     g, gpu = cal["groups"][name], cal["gpu"]
-    vllm, mode, seqs = name.split("-")
+    vllm, mode, seqs, k = parse_group_name(name)
     lines = [
-        f"# vLLM {vllm}, mamba_cache_mode {mode}, max_num_seqs {seqs[1:]}: calibrated by",
+        f"# vLLM {vllm}, mamba_cache_mode {mode}, max_num_seqs {seqs}"
+        + (f", k {k}" if k != 3 else "")
+        + ": calibrated by",
         "# gpu_check/vllm/forward.py (`python -m gpu_check vllm-forward data/vllm`) from",
         f"# {', '.join(g['from'])} ({g['steps']} steps, {g['steps_entry']} landed at entry).",
         f"# GPU line from {len(gpu['configs'])} GPU-bound configs: step = {gpu['slope']} x delay"

@@ -91,7 +91,7 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
         )
         for r in reqs
     )  # fmt: skip
-    timing = group_timing(cal, c.vllm, c.mode, c.max_num_seqs)
+    timing = group_timing(cal, c.vllm, c.mode, c.max_num_seqs, k)
     timing["gpu_forward_ns_base"] = int(
         round(timing["gpu_forward_ns_base"] + cal["gpu"]["slope"] * c.gpu_delay_us * 1e3)
     )
@@ -230,7 +230,7 @@ def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
 
 
 def forward_table(configs: list[Measured], cal: dict[str, Any], seeds: int = SEEDS) -> pd.DataFrame:
-    rows = [forward_row(c, cal, seeds) for c in configs if group_name(c.group) in cal["groups"]]
+    rows = [forward_row(c, cal, seeds) for c in configs]
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 

@@ -94,7 +94,9 @@ def test_forward_rows_reproduce_the_committed_table(configs, cal, committed, run
 
 
 def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
-    assert len(committed) == 49 and list(committed.columns) == TABLE_COLUMNS
+    configs = find_configs(DATA)  # every recorded V1 run, the pre-registered ones too
+    assert len(configs) >= 65 and any(c.k != 3 for c in configs)
+    assert len(committed) == len(configs) and list(committed.columns) == TABLE_COLUMNS
     assert (committed["reads_observed"] > 0).all() and (committed["reads_predicted"] > 0).all()
     md = (FORWARD / "forward.md").read_text()
     assert md == table_markdown(committed)
@@ -174,3 +176,28 @@ def test_the_strict_verdicts_are_outcomes_criterion(committed) -> None:
     summary = json.loads((FORWARD / "summary.json").read_text())
     assert summary["meets_all_fraction"] == round(committed["meets_all"].mean(), 4)
     assert (FORWARD / "forward.png").stat().st_size > 10_000
+
+
+def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
+    """The ratio rpc / sample_tokens per delay-0 pass rises with k (0.24.0 measured k = 1, 2,
+    3); a k no group measured scales the k = 3 timing's rpc by the release's line, and a
+    measured (release, mode, seqs, k) group is used as it is."""
+    from gpu_check.vllm.calibrate import group_timing, parse_group_name
+
+    per = cal["rpc_per_k"]["0.24.0"]
+    ratios = [per["ratio_rpc_over_sample_by_k"][k] for k in ("1", "2", "3")]
+    assert ratios == sorted(ratios) and ratios[0] < 0.6 < 0.9 < ratios[2]
+    assert per["from"] == "own passes" and 0.15 < per["beta"] < 0.4
+    assert cal["rpc_per_k"]["0.23.0"]["from"] == "pooled releases"  # k = 3 only
+    k3 = group_timing(cal, "0.24.0", "align", 40, 3)
+    k2 = group_timing(cal, "0.24.0", "align", 40, 2)
+    want = round(k3["worker_rpc_dispatch_ns"] * (1 - per["beta"]))
+    assert abs(k2["worker_rpc_dispatch_ns"] - want) <= 1
+    assert {k: v for k, v in k2.items() if k != "worker_rpc_dispatch_ns"} == {
+        k: v for k, v in k3.items() if k != "worker_rpc_dispatch_ns"
+    }
+    own = cal["groups"]["0.24.0-align-s24-k1"]["timing"]
+    assert group_timing(cal, "0.24.0", "align", 24, 1) == own
+    for name in cal["groups"]:
+        assert group_name(parse_group_name(name)) == name
+    assert {c.k for c in configs} == {1, 2, 3, 4}
