@@ -15,7 +15,9 @@ the sim policy its fix implements (:data:`gpu_check.vllm.patches.PATCHES`).
 differ between them): a TOML file of ``[[run]]`` tables, each one invocation's arguments
 (``name``, its ``--out`` folder; ``vllm``, ``k``, ``modes``, ``configs``, and optionally
 ``arrivals``, ``arrival_every``, ``num_requests``, ``seed``, ``output_range``, ``patch``,
-``repeats``: every configuration that many passes, each predicted alike).
+``repeats``: every configuration that many passes, each predicted alike; ``baseline = false``:
+no uninstrumented pass before each, ``--no-baseline``; the prediction is of the instrumented
+pass either way).
 ``predictions.json`` then lists each invocation's exact ``vllm-run`` command, and every
 configuration names its run (``run``) so ``vllm-outcome`` finds it even where two runs share a
 configuration name. Each configuration says whether any committed run under data/vllm
@@ -192,7 +194,7 @@ def never_run(vllm: str, mode: str, cfg: RunConfig, k: int) -> bool:
 
 GRID_KEYS = {
     "name", "vllm", "k", "modes", "configs", "arrivals", "arrival_every", "num_requests",
-    "seed", "output_range", "patch", "repeats",
+    "seed", "output_range", "patch", "repeats", "baseline",
 }  # fmt: skip
 
 
@@ -250,6 +252,7 @@ def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
                 "--num-requests", str(base.num_requests), "--seed", str(base.seed),
                 "--output-range", f"{lo}:{hi}", "--patch", patch,
                 *(["--repeats", str(repeats)] if repeats > 1 else []),
+                *([] if r.get("baseline", True) else ["--no-baseline"]),
                 "--out", f"RUNS/{r['name']}"]  # fmt: skip
         commands.append("python -m gpu_check " + shlex.join(argv))
     return arms, commands

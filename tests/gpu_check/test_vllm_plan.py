@@ -72,7 +72,7 @@ def test_plan_grid_repeats_every_configuration_round_after_round(tmp_path):
     grid = tmp_path / "grid.toml"
     grid.write_text(
         '[[run]]\nname = "rep"\nvllm = "0.24.0"\nk = 1\nmodes = "align,none"\n'
-        'configs = "24:0,24:15000"\nnum_requests = 24\nrepeats = 3\n'
+        'configs = "24:0,24:15000"\nnum_requests = 24\nrepeats = 3\nbaseline = false\n'
     )
     out = tmp_path / "pre"
     assert main(["vllm-plan", "--grid", str(grid), "--seeds", "1", "--out", str(out)]) == 0
@@ -82,7 +82,7 @@ def test_plan_grid_repeats_every_configuration_round_after_round(tmp_path):
     rounds = ["s24_d0ms", "s24_d15ms", "s24_d0ms_r1", "s24_d15ms_r1", "s24_d0ms_r2", "s24_d15ms_r2"]
     assert names[:6] == [("align", n) for n in rounds]
     assert len(names) == 12 and len(set(names)) == 12
-    assert "--repeats 3" in doc["runs"][0]
+    assert "--repeats 3" in doc["runs"][0] and "--no-baseline" in doc["runs"][0]
     by = {}
     for c in doc["configs"]:  # a repeat is predicted as its first pass, rep recorded
         by.setdefault((c["mode"], c["config"].split("_r")[0]), []).append(c)
