@@ -18,8 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$(date +%s)
 timeout -k 10 "${RUN_TIMEOUT:-590}" python3 -m gpu_check vllm-run --carry "$here" --modes "${MODES:-align,none}" --vllm-version "${VLLM_VERSION:-}" \
     --configs "${CONFIGS:-16:0,64:0}" --num-requests "${NREQ:-192}" --out "$res" ${RUN_ARGS:-} \
-    2>&1 | grep -v "jit_monitor\|interface.py:358" | tee "$res/run.log"
+    2>&1 | grep -v "jit_monitor\|interface.py:358" | tee "$res.log"  # vllm-run wants --out empty
 rc=${PIPESTATUS[0]}
+cp "$res.log" "$res/run.log" 2>/dev/null
 echo "vllm-run rc=$rc after $(( $(date +%s) - t0 )) s"
 for raw in "$res"/raw_*.json; do
     [[ -f "$raw" ]] || continue
