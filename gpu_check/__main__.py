@@ -183,6 +183,10 @@ def build_parser(
     )
     oc.add_argument("prereg", help="a folder with predictions.json (vllm-plan)")
     oc.add_argument("--runs", nargs="+", required=True, help="folders of v<release>/ runs")
+    oc.add_argument(
+        "--partial", action="store_true",
+        help="list predictions whose run is missing under not_run instead of failing",
+    )  # fmt: skip
     add_format_arg(oc, "the results, one per configuration")
 
     rp = sub.add_parser(
@@ -518,7 +522,7 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     from gpu_check.vllm.outcome import outcome, outcome_text
 
     runs = [Path(r) for r in args.runs]
-    doc = _vllm_input(outcome, Path(args.prereg), runs, what=args.prereg)
+    doc = _vllm_input(outcome, Path(args.prereg), runs, args.partial, what=args.prereg)
     return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 
 

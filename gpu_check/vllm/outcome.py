@@ -149,13 +149,22 @@ def run_folder(roots: list[Path], vllm: str, mode: str, config: str, run: str = 
     )
 
 
-def outcome(prereg: Path, roots: list[Path]) -> dict[str, Any]:
+def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str, Any]:
+    """Judge every prediction against its run. ``partial``: a prediction whose run did not
+    happen (a device call cut short) is listed under ``not_run`` and left out of the fraction,
+    instead of stopping the whole outcome."""
     preds = _json(prereg / "predictions.json")
     if preds.get("schema") != "specrace.vllm_predictions":
         raise SpecraceError(f"{prereg}/predictions.json: not written by gpu_check vllm-plan")
-    rows = []
+    rows, not_run = [], []
     for p in preds["configs"]:
-        folder = run_folder(roots, p["vllm"], p["mode"], p["config"], p.get("run", ""))
+        try:
+            folder = run_folder(roots, p["vllm"], p["mode"], p["config"], p.get("run", ""))
+        except SpecraceError:
+            if not partial:
+                raise
+            not_run.append(f"{p.get('run') or 'v' + p['vllm']}/{p['mode']}_{p['config']}")
+            continue
         obs = observed(folder)
         summary = _json(folder.parent / "summary.json")
         rows.append(
@@ -183,6 +192,7 @@ def outcome(prereg: Path, roots: list[Path]) -> dict[str, Any]:
         },  # fmt: skip
         "configs": n,
         "meets_all_fraction": round(sum(r["meets_all"] for r in rows) / n, 4) if n else 0.0,
+        **({"not_run": not_run} if partial else {}),
         "results": rows,
     }
     write_json(prereg / "outcome.json", doc)

@@ -145,3 +145,23 @@ def test_a_grid_prediction_finds_its_own_run(tmp_path) -> None:
     assert (
         run_folder([tmp_path / "a-k1"], "0.24.0", "align", "s24_d0ms", "a-k1").parent.name == "a-k1"
     )
+
+
+def test_outcome_partial_lists_the_predictions_whose_run_is_missing(tmp_path, monkeypatch):
+    """A device call cut short leaves some predictions without a run: by default the outcome
+    stops naming the first; with partial it judges the rest and lists the missing."""
+    monkeypatch.chdir(REPO)
+    dest = tmp_path / "pre"
+    dest.mkdir()
+    shutil.copy(PREREG / "align-fixes" / "predictions.json", dest)
+    runs = tmp_path / "runs"
+    shutil.copytree(RUNS["align-fixes"], runs, ignore=shutil.ignore_patterns("*0.33.0*"))
+    from sim.errors import SpecraceError
+
+    with pytest.raises(SpecraceError, match="no exported run v0.33.0"):
+        outcome(dest, [runs])
+    doc = outcome(dest, [runs], partial=True)
+    n = len(json.loads((dest / "predictions.json").read_text())["configs"])
+    assert doc["configs"] + len(doc["not_run"]) == n and doc["not_run"]
+    assert all("0.33.0" in x for x in doc["not_run"])
+    assert all(r["vllm"] == "0.24.0" for r in doc["results"])
