@@ -15,6 +15,7 @@ docs/forward-prediction.md has the details.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
@@ -61,7 +62,7 @@ TABLE_COLUMNS = [
     "entry_predicted", "between_predicted", "after_predicted", "waited_predicted",
     "step_ms_observed", "step_ms_predicted",
     "rate_ok", "rate_rel_error", "step_ok", "step_rel_error", "landing_ok", "landing_tv",
-    "meets_all",
+    "meets_all", "rep",
 ]  # fmt: skip
 LANDING = ("entry", "between", "after", "waited")
 
@@ -225,8 +226,16 @@ def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
         "step_ms_predicted": pred["step_ms"],
         **{k: verdict[k] for k in ("rate_ok", "rate_rel_error", "step_ok", "step_rel_error",
                                    "landing_ok", "landing_tv", "meets_all")},
+        "rep": repeat_of(c.folder.name),
     }  # fmt: skip
     return row
+
+
+def repeat_of(name: str) -> int:
+    """The pass number of a configuration folder (``align_s40_d0ms_r2`` -> 2; vllm-run
+    --repeats), 0 for its first pass."""
+    m = re.search(r"_r(\d+)$", name)
+    return int(m.group(1)) if m else 0
 
 
 def forward_table(configs: list[Measured], cal: dict[str, Any], seeds: int = SEEDS) -> pd.DataFrame:
@@ -254,8 +263,9 @@ def table_markdown(df: pd.DataFrame) -> str:
     )
     lines = [head]
     for r in df.itertuples(index=False):
+        run = f"{r.run} (pass {r.rep + 1})" if r.rep else r.run
         lines.append(
-            f"| {r.vllm} | {r.run} | {r.mode} | {r.max_num_seqs} | {r.gpu_delay_ms:g} "
+            f"| {r.vllm} | {run} | {r.mode} | {r.max_num_seqs} | {r.gpu_delay_ms:g} "
             f"| {r.wrong_observed}/{r.reads_observed} | {_pct(r.rate_observed)} "
             f"[{_pct(r.rate_observed_lo)}, {_pct(r.rate_observed_hi)}] "
             f"| {r.wrong_predicted}/{r.reads_predicted} ({r.seeds}; {r.wrong_per_seed_min}–"
@@ -273,7 +283,8 @@ def table_markdown(df: pd.DataFrame) -> str:
 
 
 def _key(r: Any) -> str:
-    return f"{r.run}/{r.mode}_s{r.max_num_seqs}_d{r.gpu_delay_ms:g}ms"
+    tail = f"_r{r.rep}" if r.rep else ""
+    return f"{r.run}/{r.mode}_s{r.max_num_seqs}_d{r.gpu_delay_ms:g}ms{tail}"
 
 
 def summary(df: pd.DataFrame, cal: dict[str, Any]) -> dict[str, Any]:

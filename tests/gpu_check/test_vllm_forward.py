@@ -121,15 +121,15 @@ def test_a_wrong_gpu_line_changes_the_verdicts(configs, cal, committed) -> None:
 
 
 def test_a_wrong_host_cost_changes_the_verdicts(configs, cal) -> None:
-    """A host 1.5x slower than measured makes the GPU-bound run at 25 ms land before
-    _update_states in a fifth of its steps: align's double permute, a rate the run did not
-    show."""
+    """A host 1.6x slower than measured makes the GPU-bound run at 25 ms land before
+    _update_states in over a third of its steps: align's double permute, a rate the run did
+    not show (1.5x: 15 % of steps, a rate just inside the run's interval)."""
     c = _pick(configs, "v0.24.0", "align_s16_d25ms")
     assert forward_row(c, cal, 1)["agrees"]
     bad = copy.deepcopy(cal)
     t = bad["groups"][group_name(c.group)]["timing"]
     for k in ("worker_sample_tokens_ns", "worker_rpc_dispatch_ns"):
-        t[k] = t[k] * 3 // 2
+        t[k] = t[k] * 8 // 5
     row = forward_row(c, bad, 1)
     assert not row["agrees"] and row["entry_predicted"] > 0.15
 
@@ -189,8 +189,8 @@ def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
     assert ratios == sorted(ratios) and ratios[0] < 0.6 < 0.9 < ratios[2]
     assert per["from"] == "own passes" and 0.15 < per["beta"] < 0.4
     assert cal["rpc_per_k"]["0.23.0"]["from"] == "pooled releases"  # k = 3 only
-    k3 = group_timing(cal, "0.24.0", "align", 40, 3)
-    k2 = group_timing(cal, "0.24.0", "align", 40, 2)
+    k3 = group_timing(cal, "0.24.0", "align", 48, 3)  # 48 seqs: no group, interpolated
+    k2 = group_timing(cal, "0.24.0", "align", 48, 2)
     want = round(k3["worker_rpc_dispatch_ns"] * (1 - per["beta"]))
     assert abs(k2["worker_rpc_dispatch_ns"] - want) <= 1
     assert {k: v for k, v in k2.items() if k != "worker_rpc_dispatch_ns"} == {
