@@ -57,6 +57,9 @@ CASES: dict[str, tuple[Callable, Argv, tuple]] = {
                                           "data/vllm/ab"], ()),
     "vllm-ab": (gpu_main, lambda t: ["vllm-ab", "data/vllm/ab", "data/vllm/fixes", "--out",
                                      str(t / "ab.json")], ()),
+    "vllm-repeatability": (gpu_main, lambda t: ["vllm-repeatability",
+                                                "data/vllm/forward-24/v0.33.0-k4-staggered",
+                                                "--out", str(t / "rep")], ()),
     "vllm-forward": (gpu_main, lambda t: ["vllm-forward", "data/vllm", "--seeds", "1", "--out",
                                           str(t / "o")], (pytest.mark.slow,)),
 }  # fmt: skip
