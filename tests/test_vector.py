@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sim.model.point_reads as point_reads
 import sim.model.simulate as simulate_mod
-import sim.model.vector as vector_mod
 from sim.errors import SpecraceError
 from sim.explore.swarm import draw_timing
 from sim.model.params import EngineParams, LengthParams, Scenario, TimingParams, load_scenario
@@ -141,15 +141,15 @@ def check_all_policies(sc: Scenario, seed: int, steps: int, timings: list[Timing
         assert not diffs, "\n".join(diffs[:10])
         # Counts without the table: the sparse path (only wrong CPU values) where it is exact
         # and cheaper, else dense; forced sparse wherever it is exact. Same summaries.
-        for sparse_max in (vector_mod._Accumulator.SPARSE_MAX, 1.0):
-            saved, vector_mod._Accumulator.SPARSE_MAX = (
-                vector_mod._Accumulator.SPARSE_MAX,
+        for sparse_max in (point_reads.Accumulator.SPARSE_MAX, 1.0):
+            saved, point_reads.Accumulator.SPARSE_MAX = (
+                point_reads.Accumulator.SPARSE_MAX,
                 sparse_max,
             )
             try:
                 counts = simulate_points(sched, timings, policy, seed, keep_reads=False)
             finally:
-                vector_mod._Accumulator.SPARSE_MAX = saved
+                point_reads.Accumulator.SPARSE_MAX = saved
             assert counts.summaries == res.summaries, (policy.name, sparse_max)
         if len(timings) > 1:  # a point alone runs on Python ints (the one-point path)
             alone = simulate_points(sched, timings[-1:], policy, seed)
@@ -341,7 +341,7 @@ def test_streamed_run_writes_what_a_full_run_writes(tmp_path, scenario, steps, b
 
 
 def test_sparse_nonzero_is_numpys_in_the_same_order() -> None:
-    from sim.model.vector import _nonzero_2d
+    from sim.model.point_reads import _nonzero_2d
 
     rng = np.random.default_rng(3)
     for shape, density in (((64, 1000), 0.001), ((7, 9), 0.05), ((64, 1000), 0.3), ((3, 8), 0)):
