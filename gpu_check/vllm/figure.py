@@ -135,7 +135,15 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
     import numpy as np
 
     floor = 1e-5
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(16, 7.5), gridspec_kw={"width_ratios": [1, 2.2]})
+    n = len(df)
+    # the rate panel above (square, so the diagonal is one), the landing bars below at about
+    # 0.17 inch a configuration, so that every label stays legible however many runs there are
+    width = max(16.0, 0.17 * n)
+    fig, axes = plt.subplot_mosaic(
+        [["rate", "."], ["landing", "landing"]], figsize=(width, 13),
+        gridspec_kw={"width_ratios": [6, width - 6], "height_ratios": [1, 1.15]},
+    )  # fmt: skip
+    ax, bx = axes["rate"], axes["landing"]
     for ok, color, label in ((True, "#55a868", "meets all"), (False, "#c44e52", "misses")):
         d = df[df["meets_all"] == ok]
         x = np.maximum(d["rate_observed"], floor)
@@ -151,7 +159,6 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
            ylabel="predicted wrong-read rate [95 % CI]")  # fmt: skip
     ax.set_title(f"rate (zero at {floor:g})", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
-    n = len(df)
     pos = np.arange(n)
     for side, off in (("observed", -0.2), ("predicted", 0.2)):
         bottom = np.zeros(n)
@@ -161,17 +168,20 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
                    alpha=1.0 if side == "observed" else 0.6,
                    label=f"{k}" if side == "observed" else None)  # fmt: skip
             bottom += v
-    labels = [
-        f"{r.vllm} {r.mode} s{r.max_num_seqs} d{r.gpu_delay_ms:g}"
-        + ("" if r.run.count("-") == 0 else f" ({r.run.split('-', 1)[1]})")
-        + ("" if r.landing_ok else " ✗")
-        for r in df.itertuples(index=False)
-    ]
+
+    def tick(r) -> str:  # the run's tag past its release (v0.24.0-k1 -> k1), the pass number
+        tag = r.run.rsplit("/", 1)[-1].split("-", 1)[1] if "-" in r.run.rsplit("/", 1)[-1] else ""
+        rep = int(getattr(r, "rep", 0) or 0)
+        return (f"{r.vllm} {r.mode} s{r.max_num_seqs} d{r.gpu_delay_ms:g}"
+                + (f" ({tag})" if tag else "") + (f" p{rep + 1}" if rep else "")
+                + ("" if r.landing_ok else " ✗"))  # fmt: skip
+
+    labels = [tick(r) for r in df.itertuples(index=False)]
     bx.set_xticks(pos, labels, rotation=90, fontsize=6)
     bx.set(ylim=(0, 1), ylabel="share of steps", xlim=(-0.7, n - 0.3))
     bx.set_title("landing mix: observed (left, solid) | predicted (right, pale); ✗: TV > 0.10",
-                 fontsize=9)  # fmt: skip
-    bx.legend(fontsize=8, ncol=4, loc="lower left", framealpha=0.9)
+                 fontsize=9, loc="left")  # fmt: skip
+    bx.legend(fontsize=8, ncol=4, loc="lower right", bbox_to_anchor=(1.0, 1.04), frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

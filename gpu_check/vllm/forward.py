@@ -15,7 +15,6 @@ docs/forward-prediction.md has the details.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
@@ -71,7 +70,9 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
     """The configuration as a sim scenario: engine, the measured requests, the group's timing
     with the configuration's GPU delay."""
     name = group_name(c.group)
-    k = int(raw["num_speculative_tokens"]) if raw is not None else 3
+    k = int(raw["num_speculative_tokens"]) if raw is not None else c.k
+    if k != c.k:  # find_configs read k from the run's summary.json: the two must agree
+        raise SpecraceError(f"{c.raw_path}: k {k} in the raw record, {c.k} in summary.json")
     # the generator's settings of the run (every committed run: RunConfig's defaults, seed 0)
     known = {f.name for f in fields(RunConfig)} - {"max_num_seqs", "gpu_delay_us", "label"}
     given = {n: v for n, v in (raw or {}).get("config", {}).items() if n in known}
@@ -226,16 +227,9 @@ def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
         "step_ms_predicted": pred["step_ms"],
         **{k: verdict[k] for k in ("rate_ok", "rate_rel_error", "step_ok", "step_rel_error",
                                    "landing_ok", "landing_tv", "meets_all")},
-        "rep": repeat_of(c.folder.name),
+        "rep": int(raw["config"].get("rep", 0)),  # the pass of vllm-run --repeats
     }  # fmt: skip
     return row
-
-
-def repeat_of(name: str) -> int:
-    """The pass number of a configuration folder (``align_s40_d0ms_r2`` -> 2; vllm-run
-    --repeats), 0 for its first pass."""
-    m = re.search(r"_r(\d+)$", name)
-    return int(m.group(1)) if m else 0
 
 
 def forward_table(configs: list[Measured], cal: dict[str, Any], seeds: int = SEEDS) -> pd.DataFrame:

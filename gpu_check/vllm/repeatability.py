@@ -17,7 +17,8 @@ days), and judges
 Either fraction is a ceiling on ``meets_all_fraction`` of ``vllm-forward`` and
 ``vllm-outcome``: no model of vLLM, however exact, can meet the criterion more often than vLLM
 meets it against itself. It writes ``DIR/summary.json`` (the fractions with their counts and
-Wilson 95 % intervals, per group the spread of step time, rate and landing over its passes) and
+Wilson 95 % intervals, per group the spread of step time, rate, landing and host speed over its
+passes) and
 ``DIR/pairs.csv`` (every judged pair).
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +50,9 @@ PAIR_COLUMNS = [
 def pass_key(raw: dict[str, Any]) -> str:
     """What makes two passes the same configuration (a raw record's settings less its repeat
     number, label and whether an uninstrumented pass ran before it)."""
-    cfg = replace(run_config_of(raw["config"]), rep=0, label="", baseline=False).to_dict()
-    cfg.pop("name")
-    cfg.pop("rep")
-    cfg.pop("baseline")
+    cfg = run_config_of(raw["config"]).to_dict()
+    for k in ("name", "rep", "label", "baseline"):
+        del cfg[k]
     return json.dumps(
         {
             "vllm": raw["vllm_version"], "runner": raw.get("runner", "v1"), "mode": raw["mode"],
@@ -64,10 +63,10 @@ def pass_key(raw: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
-def find_passes(roots: list[Path]) -> dict[str, list[Path]]:
+def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
     """Exported V1 passes under ``roots`` grouped by :func:`pass_key`; each group's passes in
-    path order."""
-    groups: dict[str, list[Path]] = {}
+    path order, with each pass's host speed (:func:`sample_tokens_ms`)."""
+    groups: dict[str, dict[Path, float]] = {}
     for root in roots:
         if not root.is_dir():
             raise SpecraceError(f"{root}: not a folder of exported vLLM runs")
@@ -79,8 +78,18 @@ def find_passes(roots: list[Path]) -> dict[str, list[Path]]:
             raw = load_raw(raw_path)
             if raw.get("runner", "v1") != "v1":
                 continue
-            groups.setdefault(pass_key(raw), []).append(folder)
-    return {k: sorted(set(v)) for k, v in groups.items()}
+            groups.setdefault(pass_key(raw), {})[folder] = sample_tokens_ms(raw)
+    return {k: dict(sorted(v.items())) for k, v in groups.items()}
+
+
+def sample_tokens_ms(raw: dict[str, Any]) -> float:
+    """The pass's host speed: the median sample_tokens host span (prepare_inputs end -> counts
+    D2H issued) over its decode-only steps, ms, the span ``worker_sample_tokens_ns`` is
+    calibrated from (:func:`gpu_check.vllm.calibrate.step_spans`)."""
+    from gpu_check.vllm.calibrate import step_spans
+
+    t = step_spans(raw)
+    return round(float(t.loc[~t["prefill"], "launch_to_d2h_ns"].median()) / 1e6, 3)
 
 
 def _prediction(obs: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +154,8 @@ def repeatability(roots: list[Path]) -> tuple[dict[str, Any], pd.DataFrame]:
     base = roots[0] if len(roots) == 1 else Path(".")
     pairs, loo, per_group = [], [], []
     for key in sorted(groups, key=group_name):
-        name, folders = group_name(key), groups[key]
+        name, speed = group_name(key), groups[key]
+        folders = list(speed)
         obs = {f: observed(f) for f in folders}
         for a, b in itertools.permutations(folders, 2):
             pairs.append(_pair_row(name, _rel(a, base), _prediction(obs[a]), b, obs[b], base))
@@ -161,6 +171,7 @@ def repeatability(roots: list[Path]) -> tuple[dict[str, Any], pd.DataFrame]:
             "wrong": [obs[f]["wrong"] for f in folders],
             "reads": [obs[f]["reads"] for f in folders],
             "landing_entry": [obs[f]["landing"]["entry"] for f in folders],
+            "sample_tokens_ms": [speed[f] for f in folders],
         })  # fmt: skip
     table = pd.DataFrame(pairs + loo, columns=PAIR_COLUMNS)
     doc = {
