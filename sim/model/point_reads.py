@@ -259,7 +259,9 @@ class OnePointAccumulator(Accumulator):
 
     def step(self, n, cur, prev, cpu_all, land, read, writes: list) -> None:
         kind, margin = kind_and_margin(land, read, writes)  # writes in op order: ascending
-        cpu = np.array(cpu_all[:, 0])  # a copy: the buffer moves on before the batch is judged
+        # its reads' CPU values, (reads,) or (reads, 1); a copy: the buffer moves on before
+        # the batch is judged
+        cpu = np.array(cpu_all).reshape(-1)
         self._pending.append((n, cur, prev, cpu, KIND_CODE[kind], margin))
         if len(self._pending) >= self.BATCH:
             self.judged()

@@ -264,8 +264,9 @@ def simulate_points(
         w = mx(w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
         if n > 0:
             w = mx(w, prep_end_prev)
-        stall = draw_s.get(n)[0] < np.asarray(m.worker_stall_prob)
-        if stall.any():
+        stall_p = m.worker_stall_prob
+        stall = draw_s.get(n)[0] < (stall_p if scalar else np.asarray(stall_p))
+        if stall if scalar else stall.any():
             d_stall = wj(m.worker_stall_ns, uw[WorkerSlot.STALL])
             w = w + (d_stall if scalar else np.where(stall, d_stall, 0))
         wait = zero
@@ -274,7 +275,8 @@ def simulate_points(
             w = mx(w, land_prev) + m.worker_event_sync_ns
             wait = w - w0
         # -- _update_states: the row ops, with step N-1's DMA landing among them -----------
-        pending = np.ones(P, dtype=bool) if n > 0 else np.zeros(P, dtype=bool)
+        # the points whose copy of step N-1 is still in flight (one point: any_pending says it)
+        pending = None if scalar else np.full(P, n > 0)
         prev_rec = recent[-2] if n > 0 else None
         prev_acc = prev_rec.accepted.astype(np.int8) if prev_rec is not None else None
         writes: list[np.ndarray] = []  # write times of the writing ops, in order
@@ -309,12 +311,13 @@ def simulate_points(
         cpu = pol.cpu_read(buf, private, rec.prev_positions, rec.num_reqs)
         if cpu.ndim == 1:  # a build that reads no buffer (fill 1) is the same for every point
             cpu = cpu[:, None]
-        cpu = np.broadcast_to(cpu, (rec.num_reqs, P))
+        if not scalar:
+            cpu = np.broadcast_to(cpu, (rec.num_reqs, P))
         if n > 0:
             acc.step(n, rec, prev_rec, cpu, land_prev, read, writes)
             # The rest land before step N+1's first row op (see the module docstring).
             if any_pending:
-                _land(buf, private, prev_acc, pending, pending)
+                _land(buf, private, prev_acc, pending, True)
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
         w = w + wj(prep2_ns, uw[WorkerSlot.PREPARE_2])
         # -- launch: prep, prepare_inputs_event, forward -----------------------------------
@@ -332,7 +335,11 @@ def simulate_points(
         # -- sample_tokens(N): sampler, counts D2H, event records, drafter, output copy -----
         d_sample = m.jit_gpu(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
         d_d2h = m.jit_gpu(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
-        if np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0)):
+        if (
+            d_sample == 0 and d_d2h == 0
+            if scalar
+            else np.any((np.asarray(d_sample) == 0) & (np.asarray(d_d2h) == 0))
+        ):
             raise SpecraceError(
                 f"step {n}: gpu_sample_ns and dma_land_delay_ns both jitter to 0 ns; the vector "
                 "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
@@ -389,9 +396,14 @@ def simulate_points(
     return res
 
 
-def _land(buf, private, counts, pending: np.ndarray, due) -> bool:
+def _land(buf, private, counts, pending: np.ndarray | None, due) -> bool:
     """Step N-1's DMA (``B[:n] = counts``) for the points where it is pending and due;
-    returns whether any point is still pending."""
+    returns whether any point is still pending. ``pending`` None: one point, pending."""
+    if pending is None:
+        if due:
+            buf[: len(counts), 0] = counts
+            private[: len(counts), 0] = counts
+        return not due
     hit = pending & due
     if not hit.any():
         return True

@@ -18,10 +18,9 @@ optimistic). :func:`simulate_rates` is the one call into the timing model: ``eng
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
 
 from sim.errors import SpecraceError
 from sim.model.params import Scenario, load_scenario
@@ -96,7 +95,7 @@ def generations(schedule: Schedule) -> int:
     """Requests that consume at least one accepted count (have a read): timing-free."""
     ids: set[str] = set()
     for rec in schedule.steps[1:]:
-        ids.update(rec.req_ids[r] for r in np.flatnonzero(rec.prev_positions >= 0).tolist())
+        ids.update(itertools.compress(rec.req_ids, (rec.prev_positions >= 0).tolist()))
     return len(ids)
 
 
