@@ -61,7 +61,7 @@ def _scenario(vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int)
     c = Measured(
         run="plan", folder=Path("data/vllm/v0.24.0/align_s16_d0ms"), raw_path=Path("-"),
         mode=mode, vllm=vllm, max_num_seqs=cfg.max_num_seqs, gpu_delay_us=cfg.gpu_delay_us,
-        export={},
+        export={}, k=k,
     )  # fmt: skip
     return scenario_for(c, cal, raw)
 
