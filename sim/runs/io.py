@@ -265,7 +265,7 @@ def _check_counts(df, path: Path, what: str, name: str) -> None:
 
     if df.empty:
         raise SpecraceError(f"{path}: the {what} has no rows")
-    policies = set(df["policy"].dropna()) - {*POLICIES, SYNC_SCHEDULING.name}
+    policies = set(df["policy"].dropna().unique()) - {*POLICIES, SYNC_SCHEDULING.name}
     if policies or df["policy"].isna().any():
         raise SpecraceError(f"{path}: unknown policy {sorted(policies)[:1] or [None]}")
     if name == "sweep.parquet":
@@ -410,7 +410,7 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
             n, r = got["step"].iloc[i], got["row"].iloc[i]
             raise fail("reads.parquet", f"the read of step {n}, row {r} has {k} "
                        f"{got[k].iloc[i]}, the schedule {v[i]}")  # fmt: skip
-    kinds = set(reads["kind"].dropna()) - {"", "unlanded", "ownership", "double-permute"}
+    kinds = set(reads["kind"].dropna().unique()) - {"", "unlanded", "ownership", "double-permute"}
     if kinds or reads["kind"].isna().any():
         raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
     if trace is None:
