@@ -50,11 +50,11 @@ def test_landing_heldout_tables_match() -> None:
         assert len(files) == 8, aim
         return command_output("sim", "compare", *files)
 
-    clock = compare("device-clock")
+    clock, spin = compare("device-clock"), compare("spin")
     part = clock[clock.index("landing and op-placement error (µs), by where") :].strip()
     assert part in README, "README is stale: rerun sim compare on data/replay/heldout"
     flat = " ".join(README.split())
-    for aim, out in (("device-clock", clock), ("spin", compare("spin"))):
+    for aim, out in (("device-clock", clock), ("spin", spin)):
         verdict = out.strip().splitlines()[-1].split()  # the "all" row of the verdicts
         close, close_same, wide, wide_same = (
             int(verdict[i]) for i in (1, 2, 6, 7)
@@ -67,7 +67,7 @@ def test_landing_heldout_tables_match() -> None:
         by_policy = out[out.index("by policy") : out.index("by where")]
         return next(x.split() for x in by_policy.splitlines() if x.split()[:1] == ["all"])
 
-    c, sp = all_row(clock), all_row(compare("spin"))
+    c, sp = all_row(clock), all_row(spin)
     assert (f"| landing error, p95 of {int(c[1]):,} steps | ≤ 10 µs | {float(c[3]):.1f} µs | "
             f"{float(sp[3]):.0f} µs |") in README  # fmt: skip
     assert (f"| op placement, p95 of {int(c[6]):,} row ops | ≤ 5 µs | {float(c[7]):.1f} µs | "
