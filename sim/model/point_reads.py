@@ -12,13 +12,11 @@ run alone to the same point among others).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pandas as pd
 
 from sim.model.policies import Policy
-from sim.model.reads import READ_COLUMNS
+from sim.model.reads import READ_COLUMNS, judged_reads
 from sim.model.schedule import StepRecord
 from sim.model.verdict import (
     KIND_CODE,
@@ -273,74 +271,38 @@ class OnePointAccumulator(Accumulator):
         return bool(self.parts)
 
     def _judge(self, steps: list[tuple[int, StepRecord, StepRecord, np.ndarray, int, int]]) -> None:
-        """The verdicts of ``steps``' reads, in step order and row order within a step (the
-        order :meth:`Accumulator.step` appends them at one point)."""
-        lens = np.array([len(c.prev_positions) for _, c, _, _, _, _ in steps])
-        pp = np.concatenate([c.prev_positions for _, c, _, _, _, _ in steps])
-        read = pp >= 0
-        if not read.any():
+        """The verdicts of ``steps``' reads (:func:`sim.model.reads.judged_reads`), in step
+        order and row order within a step (the order :meth:`Accumulator.step` appends them at
+        one point)."""
+        cpu = np.concatenate([v for _, _, _, v, _, _ in steps])
+        judged = judged_reads(self.pol, [p for _, _, p, _, _, _ in steps],
+                              [c for _, c, _, _, _, _ in steps], cpu)  # fmt: skip
+        if judged is None:
             return
-        s_of = np.repeat(np.arange(len(steps)), lens)[read]  # each read's index into steps
-        row = (np.arange(len(pp)) - np.repeat(np.cumsum(lens) - lens, lens))[read]
-        src = pp[read]
-
-        def rows_of(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-            """The step arrays end to end, and where each read's ``src`` row lies in them."""
-            sizes = np.array([len(a) for a in arrays])
-            return np.concatenate(arrays), src + (np.cumsum(sizes) - sizes)[s_of]
-
-        accepted, at = rows_of([p.accepted for _, _, p, _, _, _ in steps])
-        drafts, at_d = rows_of([p.drafts for _, _, p, _, _, _ in steps])
-        true, prev_drafts = accepted[at], drafts[at_d]
-        part = participating(*rows_of([c.prev_num_draft_tokens for _, c, _, _, _, _ in steps]))
-        cpu = np.concatenate([v for _, _, _, v, _, _ in steps])[read]
-        kind = np.array([k for _, _, _, _, k, _ in steps], dtype=np.int64)[s_of]
-        gpu, cpu_wrong, gpu_wrong = judge(self.pol, cpu, true, part)
-        gpu = np.asarray(gpu)
-        cpu_wrong = np.broadcast_to(np.asarray(cpu_wrong), cpu.shape)
-        gpu_wrong = np.asarray(gpu_wrong)
+        step_i, cols = judged
+        cpu_wrong, gpu_wrong, lost = cols["cpu_wrong"], cols["gpu_wrong"], cols["prompt_state_lost"]
         wrong = cpu_wrong | gpu_wrong
-        lost = prompt_state_lost(gpu_wrong, prev_drafts, gpu)
+        kind = np.array([k for _, _, _, _, k, _ in steps], dtype=np.int64)[step_i]
         n_kinds = len(KINDS)
-        self.n_reads += len(src)
+        self.n_reads += len(step_i)
         self.cpu_wrong[0] += int(np.count_nonzero(cpu_wrong))
         self.gpu_wrong[0] += int(np.count_nonzero(gpu_wrong))
         self.lost[0] += int(np.count_nonzero(lost))
         self.by_kind[:, 0] += np.bincount(kind[wrong], minlength=n_kinds)
         self.gpu_kind[:, 0] += np.bincount(kind[gpu_wrong], minlength=n_kinds)
-        self.gpu_steps[0] += len(np.unique(s_of[gpu_wrong]))
+        self.gpu_steps[0] += len(np.unique(step_i[gpu_wrong]))
         if gpu_wrong.any():
-            bad = np.flatnonzero(gpu_wrong)
-            ids = [
-                steps[s][1].req_ids[r]
-                for s, r in zip(s_of[bad].tolist(), row[bad].tolist(), strict=True)
-            ]
-            idx = [self.req_index.setdefault(r, len(self.req_index)) for r in ids]
-            self.corrupted.append(np.stack([np.zeros(len(idx), np.int64), np.array(idx)], axis=1))
+            ids = [self.req_index.setdefault(r, len(self.req_index))
+                   for r in cols["req_id"][gpu_wrong].tolist()]  # fmt: skip
+            self.corrupted.append(np.stack([np.zeros(len(ids), np.int64), np.array(ids)], axis=1))
         if self.keep:
-            req_ids = np.array(
-                list(itertools.chain.from_iterable(c.req_ids for _, c, _, _, _, _ in steps)),
-                dtype=object,
-            )
-            self.parts.append(
-                {
-                    "point": np.zeros(len(src), np.int64),
-                    "step": np.array([n for n, _, _, _, _, _ in steps])[s_of],
-                    "req_id": req_ids[read],
-                    "row": row,
-                    "prev_row": src,
-                    "prev_drafts": prev_drafts,
-                    "true_count": true,
-                    "cpu_value": cpu,
-                    "gpu_value": gpu,
-                    "cpu_wrong": cpu_wrong,
-                    "gpu_wrong": gpu_wrong,
-                    "kind": np.asarray(KINDS, dtype=object)[np.where(wrong, kind, 0)],
-                    "gdn_slot": gpu.astype(np.int32) - 1,
-                    "prompt_state_lost": lost,
-                    "margin_ns": np.array([m for _, _, _, _, _, m in steps])[s_of],
-                }
-            )
+            self.parts.append({
+                "point": np.zeros(len(step_i), np.int64),
+                "step": np.array([n for n, _, _, _, _, _ in steps])[step_i],
+                **cols,
+                "kind": np.asarray(KINDS, dtype=object)[np.where(wrong, kind, 0)],
+                "margin_ns": np.array([m for _, _, _, _, _, m in steps])[step_i],
+            })  # fmt: skip
 
     def summaries(self, fwd_first, fwd_last, wait_sum, sim_time) -> list[dict]:
         self.judged()

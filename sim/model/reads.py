@@ -23,10 +23,14 @@ reads out as a table.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
-from sim.model.schedule import Schedule
+from sim.model.policies import Policy
+from sim.model.schedule import Schedule, StepRecord
 from sim.model.simulate import Model
 from sim.model.verdict import HazardKind, judge, kind_and_margin, participating, prompt_state_lost
 
@@ -49,52 +53,71 @@ READ_COLUMNS = {
 
 
 def build_reads(schedule: Schedule, model: Model) -> pd.DataFrame:
-    """One row per read, built over all steps at once: the per-read columns are gathers from
-    the steps' arrays laid end to end; only the step's kind and margin are per-step scalars."""
-    pol = model.policy
+    """One row per read, built over all steps at once (:func:`judged_reads`); only the step's
+    kind and margin are per-step scalars."""
     steps = schedule.steps
     if len(steps) < 2:
         return _empty_reads()
-    cur = steps[1:]
-    sizes = np.array([s.num_reqs for s in steps], dtype=np.int64)
-    starts = np.cumsum(sizes) - sizes  # step n's rows start at starts[n] in the flat arrays
-    pp = np.concatenate([s.prev_positions for s in cur])
-    keep = pp >= 0
-    if not keep.any():
+    cpu = np.concatenate([model.timing[n].cpu_counts for n in range(1, len(steps))])
+    judged = judged_reads(model.policy, steps[:-1], steps[1:], cpu)
+    if judged is None:
         return _empty_reads()
-    step_of = np.repeat(np.arange(1, len(steps)), sizes[1:])[keep]
-    row = (np.arange(len(pp)) - np.repeat(starts[1:] - starts[1], sizes[1:]))[keep]
-    src = pp[keep]
-    at_prev = starts[step_of - 1] + src  # flat index of (step - 1, prev_row)
-    true = np.concatenate([s.accepted for s in steps])[at_prev]
-    prev_drafts = np.concatenate([s.drafts for s in steps])[at_prev]
-    # prev_num_draft_tokens of step n is indexed by step n-1's rows: same flat layout.
-    pnd = np.concatenate([s.prev_num_draft_tokens for s in cur])
-    pnd_starts = np.cumsum([len(s.prev_num_draft_tokens) for s in cur])
-    pnd_starts = np.concatenate([[0], pnd_starts[:-1]])
-    part = participating(pnd, pnd_starts[step_of - 1] + src)
-    cpu = np.concatenate([model.timing[n].cpu_counts for n in range(1, len(steps))])[keep]
-    gpu, cpu_wrong, gpu_wrong = judge(pol, cpu, true, part)
+    step_i, cols = judged
     kinds, margins = _step_kinds(model, len(steps))
-    kind = kinds[step_of]
-    req_ids = np.concatenate([np.asarray(s.req_ids, dtype=object) for s in cur])[keep]
+    wrong = cols["cpu_wrong"] | cols["gpu_wrong"]
     cols = {
-        "step": step_of,
-        "req_id": req_ids,
+        "step": step_i + 1,
+        **cols,
+        "kind": np.where(wrong, kinds[step_i + 1], HazardKind.NONE.value),
+        "margin_ns": margins[step_i + 1],
+    }
+    return pd.DataFrame(cols)[list(READ_COLUMNS)].astype(READ_COLUMNS)
+
+
+def judged_reads(
+    pol: Policy, prev: Sequence[StepRecord], cur: Sequence[StepRecord], cpu: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]] | None:
+    """The reads of steps ``cur`` (``cur[i]`` runs after ``prev[i]``), laid end to end: for
+    each read the index ``i`` of its step, and its columns of :data:`READ_COLUMNS` but
+    ``step``, ``kind`` and ``margin_ns`` (the step's own); None if no row reads. ``cpu``:
+    every row's CPU value, the steps end to end. The per-read columns are gathers from the
+    steps' arrays laid end to end, judged by :func:`sim.model.verdict.judge` in one call."""
+    lens = np.array([len(c.prev_positions) for c in cur], dtype=np.int64)
+    pp = np.concatenate([c.prev_positions for c in cur])
+    read = pp >= 0
+    if not read.any():
+        return None
+    step_i = np.repeat(np.arange(len(cur)), lens)[read]
+    row = (np.arange(len(pp)) - np.repeat(np.cumsum(lens) - lens, lens))[read]
+    src = pp[read]
+
+    def at_src(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The arrays end to end, and where each read's ``src`` row of its step lies in them."""
+        sizes = np.array([len(a) for a in arrays], dtype=np.int64)
+        return np.concatenate(arrays), src + (np.cumsum(sizes) - sizes)[step_i]
+
+    accepted, at = at_src([p.accepted for p in prev])
+    drafts, at_d = at_src([p.drafts for p in prev])
+    true, prev_drafts = accepted[at], drafts[at_d]
+    # prev_num_draft_tokens of cur[i] is indexed by prev[i]'s rows
+    part = participating(*at_src([c.prev_num_draft_tokens for c in cur]))
+    cpu = np.asarray(cpu)[read]
+    gpu, cpu_wrong, gpu_wrong = judge(pol, cpu, true, part)
+    gpu = np.asarray(gpu)
+    req_ids = np.array(list(itertools.chain.from_iterable(c.req_ids for c in cur)), dtype=object)
+    return step_i, {
+        "req_id": req_ids[read],
         "row": row,
         "prev_row": src,
         "prev_drafts": prev_drafts,
         "true_count": true,
         "cpu_value": cpu,
         "gpu_value": gpu,
-        "cpu_wrong": cpu_wrong,
-        "gpu_wrong": gpu_wrong,
-        "kind": np.where(cpu_wrong | gpu_wrong, kind, HazardKind.NONE.value),
+        "cpu_wrong": np.broadcast_to(np.asarray(cpu_wrong), cpu.shape),
+        "gpu_wrong": np.asarray(gpu_wrong),
         "gdn_slot": gpu - 1,
         "prompt_state_lost": prompt_state_lost(gpu_wrong, prev_drafts, gpu),
-        "margin_ns": margins[step_of],
     }
-    return pd.DataFrame(cols).astype(READ_COLUMNS)
 
 
 def _empty_reads() -> pd.DataFrame:
