@@ -170,7 +170,7 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
             bottom += v
 
     def tick(r) -> str:  # the run's tag past its release (v0.24.0-k1 -> k1), the pass number
-        tag = r.run.rsplit("/", 1)[-1].split("-", 1)[1] if "-" in r.run.rsplit("/", 1)[-1] else ""
+        tag = r.run.rsplit("/", 1)[-1].partition("-")[2]
         rep = int(getattr(r, "rep", 0) or 0)
         return (f"{r.vllm} {r.mode} s{r.max_num_seqs} d{r.gpu_delay_ms:g}"
                 + (f" ({tag})" if tag else "") + (f" p{rep + 1}" if rep else "")

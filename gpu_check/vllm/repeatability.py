@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_check.vllm.calibrate import step_spans
 from gpu_check.vllm.config import run_config_of
 from gpu_check.vllm.export import load_raw
 from gpu_check.vllm.outcome import LANDING, judge, observed
@@ -86,8 +87,6 @@ def sample_tokens_ms(raw: dict[str, Any]) -> float:
     """The pass's host speed: the median sample_tokens host span (prepare_inputs end -> counts
     D2H issued) over its decode-only steps, ms, the span ``worker_sample_tokens_ns`` is
     calibrated from (:func:`gpu_check.vllm.calibrate.step_spans`)."""
-    from gpu_check.vllm.calibrate import step_spans
-
     t = step_spans(raw)
     return round(float(t.loc[~t["prefill"], "launch_to_d2h_ns"].median()) / 1e6, 3)
 
