@@ -181,9 +181,11 @@ BUDGET_H = 1.0  # the default --budget: CPU hours
 # sim check: the search's build_schedule runs plus evaluations, fitted to measured spaces (rows
 # R, steps S; k leaves them alone): 200 * 3.2^(R-1) at S = 2 (measured 172, 655, 2,086, 5,948
 # for R = 1..4), each further step x 2.5 * 2^(R-1) * (S-1)^R (measured 2.5-4.3 at R = 1, 4.8
-# and 24.7 at R = 2, 10.2 at R = 3, 24.1 at R = 4); 0.3 ms each (2 rows x 4 steps: 77,886 in
-# 18.6 s on a loaded core).
-CHECK_UNIT_S = 0.3e-3
+# and 24.7 at R = 2, 10.2 at R = 3, 24.1 at R = 4); 1 ms each since the admission capacity
+# split of issue #22 (`sim check --k 3` on the quiet 2-core machine, 2026-12-03: R x S = 2 x 3
+# 1.3 s, 2 x 4 32.9 s, 3 x 2 1.1 s, 3 x 3 15.8 s, 4 x 2 4.4 s, 4 x 3 141 s; the estimate is
+# 0.9-2.5 times those).
+CHECK_UNIT_S = 1.0e-3
 # risk and field-reports: one run of S steps x R rows, schedule built and simulated; measured
 # ~0.6 s for 2,000 x 64 on the vector tier; the SimPy tier taken 4 times slower.
 ROW_STEPS_PER_S = {"vector": 200_000, "simpy": 50_000}
