@@ -42,11 +42,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n auto --dist worksteal
 	$(MAKE) conformance
 
 test-slow: $(STAMP) $(WHEELS)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow -n auto --dist worksteal
 
 # Every wheel pyproject.toml's dependencies and extras take, downloaded once into .cache/wheels
 # (beside the conformance suite's vLLM wheels): tests/test_extras.py installs each extra into a
