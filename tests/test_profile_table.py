@@ -1,0 +1,55 @@
+"""scripts/profile_table.py turns the committed py-spy profiles into docs/perf.md's tables."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "profile_table.py"
+PROFILES = sorted((ROOT / "data" / "bench" / "profiles").glob("*.raw.gz"))
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_every_committed_profile_gives_its_table() -> None:
+    assert len(PROFILES) >= 2
+    for path in PROFILES:
+        r = run(path, "--top", "5", "--skip", "0")
+        assert r.returncode == 0, r.stderr
+        lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+        total = sum(int(line.rpartition(" ")[2]) for line in lines)
+        assert r.stdout.startswith(f"{total:,} samples")
+        rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| `")]
+        assert len(rows) == 5
+        shares = [
+            float(m) for m in re.findall(r"\| ([\d.]+) % \| [\d.]+ % \|$", "\n".join(rows), re.M)
+        ]
+        assert len(shares) == 5 and shares == sorted(shares, reverse=True) and shares[0] <= 100
+
+
+def test_a_function_in_every_sample_is_at_100_percent(tmp_path: Path) -> None:
+    raw = tmp_path / "p.raw"
+    raw.write_text("main (/x/sim/a.py:1);f (/x/sim/b.py:2) 3\nmain (/x/sim/a.py:1) 1\n 1\n")
+    r = run(raw, "--skip", "0")
+    assert r.returncode == 0, r.stderr
+    assert "| `main (sim/a.py)` | 80.0 % | 20.0 % |" in r.stdout
+    assert "| `f (sim/b.py)` | 60.0 % | 60.0 % |" in r.stdout
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.raw.gz"
+    bad.write_bytes(b"not gzip")
+    text = tmp_path / "t.raw"
+    text.write_text("no count here\n")
+    for path in (bad, text, tmp_path / "missing.raw"):
+        r = run(path)
+        assert (
+            r.returncode != 0 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
+        ), r.stderr
