@@ -6,22 +6,67 @@ another branch (pruned after their run was paid for). docs/perf.md §1.2 quotes 
     python scripts/check_runs.py [--max-rows 3] [--steps 3] [--k 3]
 
 The search is the one ``sim check`` runs (every policy); its result is checked against a plain
-run's counts, so the counting changes nothing.
+run's counts, so the counting changes nothing. ``--states`` also counts the distinct engine
+states the last step's runs start from (after the fork: every state array, the batch rows, the
+queues, the steps in flight, the output lengths and next counts the step can see; request names
+kept), with and without the KV capacity: what a memo of the last step keyed by that state
+could save.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import pickle
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sim.explore.check import Space, schedule_key, search  # noqa: E402
 from sim.explore.check.search import all_policy_names  # noqa: E402
 from sim.model.policies import named  # noqa: E402
+from sim.model.scheduling import EngineRun  # noqa: E402
+
+_SHARED = ("eng", "requests", "st", "id_index", "batch", "running", "waiting", "in_flight")
+
+
+def _b(v):
+    return v.tobytes() if isinstance(v, np.ndarray) else v
+
+
+def state_key(e: EngineRun, with_capacity: bool) -> bytes:
+    """The engine state a step starts from, as bytes (request names kept)."""
+    st, b, eng = e.st, e.batch, e.eng
+    own = sorted((k, _b(v)) for k, v in e.__dict__.items() if k not in (*_SHARED, "out_arr"))
+    arrays = sorted((k, _b(v)) for k, v in st.__dict__.items() if k != "output_len")
+    outs = tuple(x if type(x) is int else "undecided" for x in st.output_len)
+    nxt = tuple(
+        int(st.accepted_flat[st.spec_pos[i]]) if st.spec_pos[i] < st.accepted_end[i] else 1
+        for i in range(len(st.req_ids))
+    )
+    rows = (tuple(b.req_ids), _b(b.num_computed_tokens_cpu), _b(b.num_prompt_tokens),
+            _b(b.num_accepted_tokens_cpu), tuple(b._removed))  # fmt: skip
+    flight = tuple(
+        (
+            t,
+            *(
+                _b(getattr(x, f))
+                for f in ("idx", "epoch", "num_tokens", "drafts", "accepted", "samples")
+            ),
+            x.uniform,
+        )  # fmt: skip
+        for t, x in sorted(e.in_flight.items())
+    )
+    engine = (eng.max_num_batched_tokens, eng.async_scheduling, eng.reorder_threshold_is_one)
+    if with_capacity:
+        engine += (int(eng.kv_cache_capacity_tokens),)
+    doc = (own, arrays, outs, nxt, rows, flight, tuple(e.running.ids), tuple(e.waiting), engine)
+    return hashlib.sha1(pickle.dumps(doc)).digest()
 
 
 class CountingChecker(search.Checker):
@@ -46,12 +91,29 @@ def main() -> int:
     ap.add_argument("--max-rows", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--states", action="store_true", help="count the last step's start states")
     args = ap.parse_args()
+    states: dict[bool, set] = {True: set(), False: set()}
+    last_runs = [0]
+    if args.states:
+        step = EngineRun.step
+
+        def counting_step(self: EngineRun):
+            if self.step_no == args.steps - 1:
+                last_runs[0] += 1
+                for with_cap in (True, False):
+                    states[with_cap].add(state_key(self, with_cap))
+            return step(self)
+
+        EngineRun.step = counting_step  # type: ignore[method-assign]
     space = Space(args.max_rows, args.steps, args.k)
     pols = [named(n) for n in all_policy_names()]
     concrete: set[str] = set()
     t0 = time.perf_counter()
-    while True:  # as sim.explore.check.search.check
+    while True:  # as sim.explore.check.search.check (counting afresh on a restart)
+        last_runs[0] = 0
+        states[True].clear()
+        states[False].clear()
         checker = CountingChecker(space, pols, concrete)
         try:
             res = checker.run()
@@ -59,6 +121,8 @@ def main() -> int:
         except search._NotSymbolic as e:
             concrete.add(e.policy)
     elapsed = time.perf_counter() - t0
+    if args.states:
+        EngineRun.step = step  # type: ignore[method-assign]
     plain = search.check(space, all_policy_names())
     assert (plain.runs, plain.nodes, plain.evaluations) == (res.runs, res.nodes, res.evaluations)
     n_sched = sum(res.schedules.values())
@@ -70,6 +134,12 @@ def main() -> int:
     new, seen = checker.leaves["new"], checker.leaves["seen"]
     print(f"\nlast-step children: {new + seen:,}; a schedule already checked: {seen:,} "
           f"({100 * seen / max(new + seen, 1):.1f} %), new: {new:,}")  # fmt: skip
+    if args.states:
+        n = last_runs[0]
+        print(f"last-step runs: {n:,}; distinct start states {len(states[True]):,} "
+              f"({n / max(len(states[True]), 1):.2f} runs each), "
+              f"{len(states[False]):,} leaving out the KV capacity "
+              f"({n / max(len(states[False]), 1):.2f} each)")  # fmt: skip
     return 0
 
 
