@@ -123,11 +123,29 @@ def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | 
 LANDING_COLORS = {"entry": "#4c72b0", "between": "#dd8452", "after": "#55a868", "waited": "#8c8c8c"}
 
 
+def _tally(ax, df: pd.DataFrame) -> None:
+    """Per release and mode: configurations meeting each part of the criterion, of all."""
+    parts = [("meets_all", "all"), ("rate_ok", "rate"), ("step_ok", "step time"),
+             ("landing_ok", "landing")]  # fmt: skip
+    groups = df.groupby(["vllm", "mode"], sort=True)
+    rows = [[f"{v} {m}", *(f"{int(g[c].sum())}/{len(g)}" for c, _ in parts)]
+            for (v, m), g in groups]  # fmt: skip
+    rows.append(["every run", *(f"{int(df[c].sum())}/{len(df)}" for c, _ in parts)])
+    ax.axis("off")
+    ax.set_title("configurations that meet each part of the criterion", fontsize=9, loc="left")
+    table = ax.table(cellText=rows, colLabels=["vLLM, mode", *(w for _, w in parts)],
+                     loc="upper left", cellLoc="center", colLoc="center")  # fmt: skip
+    table.auto_set_font_size(False)
+    table.set_fontsize(9)
+    table.scale(1, 1.5)
+
+
 def forward_figure(df: pd.DataFrame, title: str = ""):
-    """``vllm-forward``'s table as a figure: left, predicted against observed wrong-read rate
-    with both Wilson 95 % intervals on log axes (a zero drawn at the axis floor), coloured by
-    whether the configuration meets the whole criterion; right, the landing mix per
-    configuration, observed (left bar) and predicted (right bar) side by side."""
+    """``vllm-forward``'s table as a figure: top left, predicted against observed wrong-read
+    rate with both Wilson 95 % intervals on log axes (a zero drawn at the axis floor), coloured
+    by whether the configuration meets the whole criterion; top right, how many configurations
+    of each release and mode meet each part of it; below, the landing mix per configuration,
+    observed (left bar) and predicted (right bar) side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,10 +158,11 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
     # 0.17 inch a configuration, so that every label stays legible however many runs there are
     width = max(16.0, 0.17 * n)
     fig, axes = plt.subplot_mosaic(
-        [["rate", "."], ["landing", "landing"]], figsize=(width, 13),
+        [["rate", "tally"], ["landing", "landing"]], figsize=(width, 13),
         gridspec_kw={"width_ratios": [6, width - 6], "height_ratios": [1, 1.15]},
     )  # fmt: skip
     ax, bx = axes["rate"], axes["landing"]
+    _tally(axes["tally"], df)
     for ok, color, label in ((True, "#55a868", "meets all"), (False, "#c44e52", "misses")):
         d = df[df["meets_all"] == ok]
         x = np.maximum(d["rate_observed"], floor)

@@ -201,3 +201,24 @@ def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
     for name in cal["groups"]:
         assert group_name(parse_group_name(name)) == name
     assert {c.k for c in configs} == {1, 2, 3, 4}
+
+
+def test_the_figure_tallies_each_release_and_mode_as_the_table_does() -> None:
+    """forward.png's top-right table: per release and mode, the configurations meeting each
+    part of the criterion, and a last row over every run equal to summary.json's counts."""
+    from gpu_check.vllm.figure import forward_figure
+
+    df = pd.read_csv(FORWARD / "forward.csv")
+    fig = forward_figure(df)
+    (table,) = [t for ax in fig.axes for t in ax.tables]
+    cells = table.get_celld()
+    rows = {cells[r, 0].get_text().get_text(): [cells[r, c].get_text().get_text()
+                                                  for c in range(1, 5)]
+            for r in range(1, len(df.groupby(["vllm", "mode"])) + 2)}  # fmt: skip
+    summary = json.loads((FORWARD / "summary.json").read_text())
+    n = summary["configs"]
+    assert rows["every run"] == [f"{summary[k]}/{n}" for k in ("meets_all", "rate_ok", "step_ok",
+                                                               "landing_ok")]  # fmt: skip
+    g = df[(df["vllm"] == "0.24.0") & (df["mode"] == "align")]
+    assert rows["0.24.0 align"][0] == f"{int(g['meets_all'].sum())}/{len(g)}"
+    assert len(rows) == df.groupby(["vllm", "mode"]).ngroups + 1
