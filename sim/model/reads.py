@@ -97,8 +97,9 @@ def judged_reads(
         return np.concatenate(arrays), src + (np.cumsum(sizes) - sizes)[step_i]
 
     accepted, at = at_src([p.accepted for p in prev])
-    drafts, at_d = at_src([p.drafts for p in prev])
-    true, prev_drafts = accepted[at], drafts[at_d]
+    true = accepted[at]
+    # a row's drafts lie where its count does: the same offsets
+    prev_drafts = np.concatenate([p.drafts for p in prev])[at]
     # prev_num_draft_tokens of cur[i] is indexed by prev[i]'s rows
     part = participating(*at_src([c.prev_num_draft_tokens for c in cur]))
     cpu = np.asarray(cpu)[read]
