@@ -34,7 +34,7 @@ def test_every_committed_profile_gives_its_table() -> None:
         assert len(shares) == 5 and shares == sorted(shares, reverse=True) and shares[0] <= 100
 
 
-def test_a_function_in_every_sample_is_at_100_percent(tmp_path: Path) -> None:
+def test_shares_are_of_every_sample_inclusive_and_self(tmp_path: Path) -> None:
     raw = tmp_path / "p.raw"
     raw.write_text("main (/x/sim/a.py:1);f (/x/sim/b.py:2) 3\nmain (/x/sim/a.py:1) 1\n 1\n")
     r = run(raw, "--skip", "0")

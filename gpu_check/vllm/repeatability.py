@@ -18,8 +18,7 @@ Either fraction is a ceiling on ``meets_all_fraction`` of ``vllm-forward`` and
 ``vllm-outcome``: no model of vLLM, however exact, can meet the criterion more often than vLLM
 meets it against itself. It writes ``DIR/summary.json`` (the fractions with their counts and
 Wilson 95 % intervals, per group the spread of step time, rate, landing and host speed over its
-passes) and
-``DIR/pairs.csv`` (every judged pair).
+passes) and ``DIR/pairs.csv`` (every judged pair).
 """
 
 from __future__ import annotations
