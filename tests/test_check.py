@@ -221,6 +221,23 @@ def test_cli_check_runs_in_seconds_and_proves_the_fixes(capsys, tmp_path) -> Non
     assert doc["policies"]["align"]["counterexamples"]["double-permute"]["landing"] == 0
 
 
+def test_the_same_result_on_any_number_of_workers(tmp_path) -> None:
+    """The subtrees explored on two processes and merged in order give the bytes of one
+    search: counts, evaluations, and counterexamples, some found inside the explorers (3 steps
+    of 4) and some in the merge (the last step's)."""
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.json"
+        assert main(["check", "--max-rows", "2", "--steps", "4", "--k", "1", "--classes", "p",
+                     "--policy", "unsynced,align,synced-gather", "--workers", workers,
+                     "--out", str(out)]) == 0  # fmt: skip
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+    doc = json.loads(outs[0])
+    found = [cx["steps"] for p in doc["policies"].values() for cx in p["counterexamples"].values()]
+    assert sorted(set(found)) == [3, 4], found
+
+
 def test_cli_bad_input(capsys) -> None:
     assert main(["check", "--max-rows", "0"]) == 2
     assert "error: --max-rows 0" in capsys.readouterr().err
@@ -230,12 +247,13 @@ def test_cli_bad_input(capsys) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rows,steps", [(4, 3), (2, 4)])
-def test_committed_tables_regenerate(rows: int, steps: int) -> None:
-    """data/check/rR-sS-k3.json is what ``sim check --max-rows R --steps S --k 3`` gives."""
+@pytest.mark.parametrize("rows,steps,workers", [(4, 3, 2), (2, 4, 1)])
+def test_committed_tables_regenerate(rows: int, steps: int, workers: int) -> None:
+    """data/check/rR-sS-k3.json is what ``sim check --max-rows R --steps S --k 3`` gives, on
+    one process or explored on two."""
     path = ROOT / "data" / "check" / f"r{rows}-s{steps}-k3.json"
     doc = json.loads(path.read_text())
-    res = check(Space(rows, steps, 3), all_policy_names())
+    res = check(Space(rows, steps, 3), all_policy_names(), workers)
     assert doc == json.loads(json.dumps(result_json(res)))
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from sim.cli.guards import BUDGET_H, check_budget, check_search_s
 from sim.errors import SpecraceError
 from sim.runs import tables
-from sim.runs.args import budget_arg, step_index_arg
+from sim.runs.args import budget_arg, int_in, step_index_arg
 
 
 def register(sub) -> None:
@@ -28,6 +28,10 @@ def register(sub) -> None:
         "--classes", default="p,h,L", help="prompt classes of arrivals (p whole, h hit, L chunked)"
     )
     c.add_argument("--sync-classes", default="p", help="prompt classes for the async-off family")
+    c.add_argument("--workers", type=int_in(0, 4096, "0..4096"), default=0,
+                   help="processes exploring the search's subtrees (0: one per core where "
+                   "the search pays for it; 1: this process); the same result on any "
+                   "number")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print the JSON result")
     c.add_argument("--out", default="", help="also write the JSON result to this file")
     tables.add_format_arg(c, "the verdict per policy")
@@ -52,6 +56,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from sim.explore.check import Space, check, result_json
     from sim.model.policies import select
     from sim.runs.io import write_json
+    from sim.runs.processes import auto_workers
 
     if args.out:  # before the search, which may take minutes
         from sim.runs.outputs import prepare_file
@@ -66,16 +71,18 @@ def cmd_check(args: argparse.Namespace) -> int:
         _classes(args.sync_classes, "--sync-classes"),
     )
     space.check()  # the ranges first: the estimate grows as steps^rows
-    check_budget(f"check --max-rows {args.max_rows} --steps {args.steps}",
-                 check_search_s(args.max_rows, args.steps), args.budget,
+    cpu_s = check_search_s(args.max_rows, args.steps)
+    check_budget(f"check --max-rows {args.max_rows} --steps {args.steps}", cpu_s, args.budget,
                  "fewer rows or steps")  # fmt: skip
+    # The units are the subtrees of step 0's children: 24, 58, 124, 254 at 1-4 rows.
+    workers = args.workers or auto_workers(12 * 2**args.max_rows, cpu_s)
     print(
         f"check max_rows={space.max_rows} steps={space.steps} k={space.k} "
         f"classes={','.join(space.classes)} sync_classes={','.join(space.sync_classes)} "
-        f"policies={','.join(names)}"
+        f"policies={','.join(names)}" + (f" workers={workers}" if workers > 1 else "")
     )
     t0 = time.perf_counter()
-    res = check(space, names)
+    res = check(space, names, workers)
     elapsed = time.perf_counter() - t0
     print(
         f"schedules: async {res.schedules[True]}, async off {res.schedules[False]}; "

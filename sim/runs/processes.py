@@ -17,7 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
@@ -48,13 +48,25 @@ def map_units(
     """``[fn(u) for u in units]``, on ``workers`` processes when more than 1 (``fn`` and the
     units must pickle: a module-level function and plain data). An exception of a unit is
     raised here, as it would be in the loop."""
+    return list(iter_units(fn, units, workers, preload))
+
+
+def iter_units(
+    fn: Callable[[T], R], units: Sequence[T], workers: int, preload: Sequence[str] = ()
+) -> Generator[R, None, None]:
+    """:func:`map_units` as results come, in the units' order: the caller can combine each
+    while later units run. Each worker takes its units in their order."""
     if workers <= 1 or len(units) <= 1:
-        return [fn(u) for u in units]
+        yield from (fn(u) for u in units)
+        return
     methods = multiprocessing.get_all_start_methods()
     ctx: Any = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     if "forkserver" in methods and preload:
         ctx.set_forkserver_preload(list(preload))
-    with ProcessPoolExecutor(
+    ex = ProcessPoolExecutor(
         max_workers=min(workers, len(units)), mp_context=ctx, initializer=_quiet_worker
-    ) as ex:
-        return list(ex.map(fn, units))
+    )
+    try:
+        yield from ex.map(fn, units)
+    finally:  # also when the caller stops early: the units in flight finish, no others start
+        ex.shutdown(wait=True, cancel_futures=True)

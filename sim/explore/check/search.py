@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -91,8 +92,11 @@ class Checker:
             for p in policies
         }
         self.leaf_keys: dict[bool, set] = {True: set(), False: set()}
+        # Seen so far: leaves (schedules of every step) and prefixes. In the merging checker
+        # every one of the search; in an explorer, those of the subtrees it explored.
         self.leaf_keys_seen: set = set()
         self.prefix_seen: set = set()
+        self.evaluated: set = set()  # memo keys of the subtrees' steps, once each (merging)
         self.nodes = 0
         self.runs = 0
         self.evaluations = 0
@@ -100,6 +104,9 @@ class Checker:
         # Also run every resumed run from step 0 and compare (tests/test_check.py).
         self.verify_resume = verify_resume
         self.verified = 0
+        # An explorer (a checker that explores subtrees for a merging one) fills a _Part.
+        self.part: _Part | None = None
+        self.tasks: list[_Task] = []
 
     # -- tree ------------------------------------------------------------------------------
     def roots(self) -> Iterator[Root]:
@@ -110,12 +117,27 @@ class Checker:
                 for eos in (False, True) if async_ else (False,):
                     yield Root(async_, thr1, self.space.max_rows * t, "plain", eos)
 
-    def run(self) -> CheckResult:
+    def run(self, workers: int = 1) -> CheckResult:
+        """The search. Step 0 of every root is explored here; each of its children is a task
+        whose subtree an explorer explores (this process, or ``workers`` processes), leaving
+        its last step's schedules unevaluated. The parts are merged here in the tasks' order,
+        each leaf evaluated as it comes: the counts, the evaluations and the counterexamples
+        are those of one search in that order, whichever process explored what."""
+        self.tasks = []
         for root in self.roots():
             pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
             init = (tuple([1] * self.space.max_rows), tuple([1] * self.space.max_rows))
             frontiers: dict[str, dict[tuple, list]] = {p.name: {init: [1, [], None]} for p in pols}
             self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0, None)
+        tasks, self.tasks = self.tasks, []
+        if workers <= 1:
+            explorer = self.explorer()
+            parts: Generator[_Part, None, None] = (explorer.explore(t) for t in tasks)
+        else:
+            parts = _explore_in_processes(self, tasks, workers)
+        with contextlib.closing(parts):  # an error here: the tasks not begun are dropped
+            for part in parts:
+                self._merge(part)
         return CheckResult(
             self.space,
             {a: len(k) for a, k in self.leaf_keys.items()},
@@ -278,75 +300,143 @@ class Checker:
     def _child(self, root, pols, reqs, cap_iv, records, rec, frontiers, out_lens, cap_len, run):
         s = len(records)
         new_records = [*records, rec]
-        last = s == self.space.steps - 1
-        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
-        pkey: list = []  # the prefix's schedule key, computed once when first needed
-
-        def prefix_key() -> tuple:
-            if not pkey:
-                pkey.append((root.async_scheduling, schedule_key(new_records)))
-            return pkey[0]
-
-        if last and prefix_key() in self.leaf_keys_seen:
-            return  # the same schedule (up to names) was checked on another branch
-        # The same prefix reached by other choices has the same interleavings: count them once.
-        count = prefix_key() not in self.prefix_seen
-        self.prefix_seen.add(prefix_key())
-        trans = None
-        if s >= 1:  # the step transition, once for every policy (memo key)
-            prev = records[s - 1]
-            trans = (
-                root.async_scheduling,
-                tuple((op.kind, op.a, op.b) for op in rec.ops),
-                rec.prev_positions.tobytes(),
-                rec.prev_num_draft_tokens.tobytes(),
-                rec.num_reqs,
-                prev.drafts.tobytes() if free else prev.accepted.tobytes(),
-                free,
-                last,
-            )
-        new_frontiers = {}
-        oks = {}
-        for pol in pols:
-            new_frontiers[pol.name], oks[pol.name] = self._step(
-                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], free, last, count,
-                trans,
-            )  # fmt: skip
-        if last:
-            self.leaf_keys_seen.add(prefix_key())
-            self.leaf_keys[root.async_scheduling].add(prefix_key())
-            for name, ok in oks.items():
-                self.results[name].interleavings += ok
+        key = (root.async_scheduling, schedule_key(new_records))
+        if s == self.space.steps - 1:
+            # A leaf: evaluated by the merging checker, in order (_merge). The same schedule
+            # (up to names) reached on another branch explored here is left out already.
+            if key not in self.leaf_keys_seen:
+                self.leaf_keys_seen.add(key)
+                assert self.part is not None
+                self.part.leaves.append(_Leaf(key, root, reqs, cap_iv, new_records, frontiers))
             return
-        self._expand(root, pols, reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len, run)
+        # The same prefix reached by other choices has the same interleavings: count them once.
+        count = key not in self.prefix_seen
+        self.prefix_seen.add(key)
+        trans = None if s == 0 else self._transition(root, records[s - 1], rec, False, False)
+        new_frontiers = {}
+        for pol in pols:
+            new_frontiers[pol.name], _ok, repaired, failing = self._step(
+                pol, root, reqs, cap_iv, new_records, frontiers[pol.name], False, False, trans
+            )
+            if count and (repaired or failing):
+                if self.part is not None:
+                    self.part.counted.append((key, pol.name, repaired, failing))
+                else:
+                    self._count(pol.name, repaired, failing)
+        args = (reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len, run)
+        if s == 0 and self.part is None:
+            self.tasks.append(_Task(root, *args))  # the subtree: explored by an explorer
+            return
+        self._expand(root, pols, *args)
+
+    def _transition(self, root, prev, rec, free, last) -> tuple:
+        """A step transition, once for every policy (memo key)."""
+        return (
+            root.async_scheduling,
+            tuple((op.kind, op.a, op.b) for op in rec.ops),
+            rec.prev_positions.tobytes(),
+            rec.prev_num_draft_tokens.tobytes(),
+            rec.num_reqs,
+            prev.drafts.tobytes() if free else prev.accepted.tobytes(),
+            free,
+            last,
+        )
+
+    def _count(self, name: str, repaired: int, failing: dict[str, int]) -> None:
+        res = self.results[name]
+        res.repaired += repaired
+        for kind, m in failing.items():
+            res.failing[kind] = res.failing.get(kind, 0) + m
+
+    # -- explorers and the merge -----------------------------------------------------------
+    def explorer(self) -> Checker:
+        """A checker that explores this one's tasks in their order (``explore``)."""
+        new = type(self)(self.space, self.policies, self.concrete, self.verify_resume)
+        new.part = _Part()
+        return new
+
+    def explore(self, task: _Task) -> _Part:
+        """The subtree of one task: its runs, nodes and steps evaluated up to the last one,
+        whose schedules are left for the merge. Tasks must come in the order of the search
+        (this explorer's seen sets are then a subset of what the merge has seen)."""
+        assert self.part is not None
+        self.part = part = _Part()
+        runs, nodes, verified = self.runs, self.nodes, self.verified
+        self._expand(*task.args(self))
+        part.runs, part.nodes = self.runs - runs, self.nodes - nodes
+        part.verified = self.verified - verified
+        return part
+
+    def _merge(self, part: _Part) -> None:
+        """One task's part, in the order of the search."""
+        self.runs += part.runs
+        self.nodes += part.nodes
+        self.verified += part.verified
+        for key, n in part.evaluated:
+            if key not in self.evaluated:
+                self.evaluated.add(key)
+                self.evaluations += n
+        fresh = set()  # prefixes first seen in this part (each policy's share is an entry)
+        for key, name, repaired, failing in part.counted:
+            if key not in self.prefix_seen:
+                self.prefix_seen.add(key)
+                fresh.add(key)
+            if key in fresh:
+                self._count(name, repaired, failing)
+        for name, cx in part.offers:
+            self._offer(name, cx)
+        for leaf in part.leaves:
+            self._leaf(leaf)
+
+    def _leaf(self, leaf: _Leaf) -> None:
+        """The last step of a schedule not seen before: every policy's interleavings."""
+        key, root, reqs, cap_iv, records = leaf.key, leaf.root, leaf.reqs, leaf.cap_iv, leaf.records
+        if key in self.leaf_keys_seen:
+            return  # the same schedule (up to names) was checked on another branch
+        self.leaf_keys_seen.add(key)
+        self.leaf_keys[root.async_scheduling].add(key)
+        s = len(records) - 1
+        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
+        trans = self._transition(root, records[s - 1], records[s], free, True)
+        pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
+        for pol in pols:
+            _out, ok, repaired, failing = self._step(
+                pol, root, reqs, cap_iv, records, leaf.frontiers[pol.name], free, True, trans
+            )
+            self._count(pol.name, repaired, failing)
+            self.results[pol.name].interleavings += ok
 
     # -- evaluation ------------------------------------------------------------------------
-    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, count, trans):
-        """Step s of every interleaving in ``frontier``: the new frontier (or, at the last
-        step, only the number of complete interleavings without a wrong consumed count)."""
+    def _step(self, pol, root, reqs, cap_iv, records, frontier, free, last, trans):
+        """Step s of every interleaving in ``frontier``: the new frontier (empty at the last
+        step), the number of interleavings without a wrong consumed count, and the CPU-wrong
+        reads repaired and the failing interleavings (per kind) it adds."""
         s = len(records) - 1
         cur = records[s]
-        res = self.results[pol.name]
         out: dict[State, list] = {}
         ok_total = 0
+        repaired = 0
+        failing: dict[str, int] = {}
         if s == 0:  # no copy in flight: the ops and the read only
             for state, (n, wit, cnt) in frontier.items():
                 o = self._eval(pol, state, cur, None, 0)
                 _merge(out, o.state, n, wit, cnt)
-            return out, sum(v[0] for v in out.values())
+            return out, sum(v[0] for v in out.values()), 0, failing
         prev = records[s - 1]
         base_key = (pol.name, trans)
         for state, (n, wit, cnt) in frontier.items():
             key = (base_key, state)
             agg = self.memo.get(key)
             if agg is None:
+                before = self.evaluations
                 agg = self._aggregate(pol, root, state, cur, prev, free, last)
                 self.memo[key] = agg
+                if self.part is not None:  # counted once by the merge, whoever evaluated it
+                    self.part.evaluated.append((key, self.evaluations - before))
             ok_total += n * agg.ok
-            if count:
-                res.repaired += n * agg.repaired
-                for kind, m in agg.failing.items():
-                    res.failing[kind] = res.failing.get(kind, 0) + n * m
+            repaired += n * agg.repaired
+            for kind, m in agg.failing.items():
+                failing[kind] = failing.get(kind, 0) + n * m
             if agg.failing:
                 for land, counts, o in agg.first_fail.values():
                     self._counterexample(
@@ -355,7 +445,7 @@ class Checker:
                     )  # fmt: skip
             for st, mult, land, counts in agg.states:
                 _merge(out, st, n * mult, [*wit, land], counts if free else cnt)
-        return out, ok_total
+        return out, ok_total, repaired, failing
 
     def _aggregate(self, pol, root, state, cur, prev, free, last) -> _Agg:
         """Every count tuple and landing of one step transition from one buffer state."""
@@ -459,9 +549,90 @@ class Checker:
                 if prev.drafts[row] > 0:
                     j = index[prev.req_ids[row]]
                     r1[j] = replace(r1[j], accepted=(*r1[j].accepted, int(v)))
-        self.results[pol.name].minimal[o.kind] = Counterexample(
+        cx = Counterexample(
             pol.name, o.kind, root, tuple(r1), cap_iv[1], recs, list(wit), o.wrong, key, prior
         )
+        self.results[pol.name].minimal[o.kind] = cx
+        if self.part is not None:
+            self.part.offers.append((pol.name, cx))
+
+    def _offer(self, name: str, cx: Counterexample) -> None:
+        """An explorer's counterexample: kept if smaller than every one before it (the rule
+        of _counterexample; the first of equal ones stays)."""
+        best = self.results[name].minimal.get(cx.kind)
+        if best is None or cx.key < best.key:
+            self.results[name].minimal[cx.kind] = cx
+
+
+@dataclass
+class _Task:
+    """A child of step 0: the arguments of its subtree's ``_expand``."""
+
+    root: Root
+    reqs: tuple[Req, ...]
+    cap_iv: tuple[int, int]
+    records: list[StepRecord]
+    frontiers: dict
+    out_lens: list[int]
+    cap_len: int
+    run: _Run
+
+    def args(self, checker: Checker) -> tuple:
+        """``_expand``'s arguments, with the root's policies as ``checker`` has them."""
+        pols = checker.async_policies if self.root.async_scheduling else [SYNC_SCHEDULING]
+        return (self.root, pols, self.reqs, self.cap_iv, self.records, self.frontiers,
+                self.out_lens, self.cap_len, self.run)  # fmt: skip
+
+
+@dataclass
+class _Leaf:
+    """A schedule of every step, left unevaluated by an explorer."""
+
+    key: tuple
+    root: Root
+    reqs: tuple[Req, ...]
+    cap_iv: tuple[int, int]
+    records: list[StepRecord]
+    frontiers: dict  # per policy: the buffer states before the last step
+
+
+@dataclass
+class _Part:
+    """What an explorer found in one task's subtree, for the merge."""
+
+    runs: int = 0
+    nodes: int = 0
+    verified: int = 0
+    evaluated: list[tuple[tuple, int]] = field(default_factory=list)  # memo key, evaluations
+    counted: list[tuple] = field(default_factory=list)  # prefix key, policy, repaired, failing
+    offers: list[tuple[str, Counterexample]] = field(default_factory=list)
+    leaves: list[_Leaf] = field(default_factory=list)
+
+
+# The explorer of a worker process, kept from task to task (the pool hands each worker its
+# tasks in the search's order).
+_EXPLORERS: dict[tuple, Checker] = {}
+
+
+def _explore_unit(unit: tuple) -> _Part:
+    space, names, verify, task = unit
+    key = (space, tuple(names), verify)
+    explorer = _EXPLORERS.get(key)
+    if explorer is None:
+        _EXPLORERS.clear()
+        pols = [named(n) for n in names]
+        explorer = _EXPLORERS[key] = Checker(space, pols, None, verify).explorer()
+    return explorer.explore(task)
+
+
+def _explore_in_processes(
+    checker: Checker, tasks: list[_Task], workers: int
+) -> Generator[_Part, None, None]:
+    from sim.runs.processes import iter_units
+
+    names = [p.name for p in checker.policies]
+    units = [(checker.space, names, checker.verify_resume, t) for t in tasks]
+    return iter_units(_explore_unit, units, workers, preload=["sim.explore.check"])
 
 
 @dataclass
@@ -500,13 +671,14 @@ def schedule_key(records: list[StepRecord]) -> tuple:
     )
 
 
-def check(space: Space, policy_names: list[str]) -> CheckResult:
-    """Run the bounded-exhaustive check for the named policies (``async-off`` included)."""
+def check(space: Space, policy_names: list[str], workers: int = 1) -> CheckResult:
+    """Run the bounded-exhaustive check for the named policies (``async-off`` included), its
+    subtrees explored on ``workers`` processes (the same result on any number)."""
     pols = [named(name) for name in policy_names]
     concrete: set[str] = set()
     while True:
         try:
-            return Checker(space, pols, concrete).run()
+            return Checker(space, pols, concrete).run(workers)
         except _NotSymbolic as e:  # computes with counts: every tuple concretely, from scratch
             concrete.add(e.policy)
 
