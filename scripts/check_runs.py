@@ -8,9 +8,9 @@ another branch (pruned after their run was paid for). docs/perf.md §1.2 quotes 
 The search is the one ``sim check`` runs (every policy); its result is checked against a plain
 run's counts, so the counting changes nothing. ``--states`` also counts the distinct engine
 states the last step's runs start from (after the fork: every state array, the batch rows, the
-queues, the steps in flight, the output lengths and next counts the step can see; request names
-kept), with and without the KV capacity: what a memo of the last step keyed by that state
-could save.
+queues, the steps in flight, the output lengths and next counts the step can see, the prompt and
+prefix hit of the requests still to arrive; request names kept), with and without the KV
+capacity: what a memo of the last step keyed by that state could save.
 """
 
 from __future__ import annotations
@@ -65,15 +65,35 @@ def state_key(e: EngineRun, with_capacity: bool) -> bytes:
     engine = (eng.max_num_batched_tokens, eng.async_scheduling, eng.reorder_threshold_is_one)
     if with_capacity:
         engine += (int(eng.kv_cache_capacity_tokens),)
-    doc = (own, arrays, outs, nxt, rows, flight, tuple(e.running.ids), tuple(e.waiting), engine)
+    # requests not arrived yet: the step reads their prefix hit (and prompt) from the request
+    coming = tuple((r.arrival_step, r.prompt_len, r.prefix_hit_tokens)
+                   for r in e.requests[e.next_arrival :])  # fmt: skip
+    doc = (own, arrays, outs, nxt, rows, flight, tuple(e.running.ids), tuple(e.waiting), engine,
+           coming)  # fmt: skip
     return hashlib.sha1(pickle.dumps(doc)).digest()
 
 
 class CountingChecker(search.Checker):
+    """Counts where its runs go; the search's explorer (one, in this process) is one too, and
+    its counts are added in ``counted``."""
+
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
         self.by_part: Counter = Counter()
         self.leaves: Counter = Counter()
+        self.explorers: list[CountingChecker] = []
+
+    def explorer(self):
+        e = super().explorer()
+        self.explorers.append(e)
+        return e
+
+    def counted(self) -> tuple[Counter, Counter]:
+        by_part, leaves = Counter(self.by_part), Counter(self.leaves)
+        for e in self.explorers:
+            by_part.update(e.by_part)
+            leaves.update(e.leaves)
+        return by_part, leaves
 
     def _run(self, root, reqs, cap, steps, parent):
         self.by_part[(steps - 1, sys._getframe(1).f_code.co_name.lstrip("_"))] += 1
@@ -129,9 +149,10 @@ def main() -> int:
     print(f"R={args.max_rows} S={args.steps} k={args.k}: {res.runs:,} runs, {res.nodes:,} nodes, "
           f"{n_sched:,} distinct schedules, {elapsed:.1f} s counted")  # fmt: skip
     print("| step | part | runs | share |\n|---:|---|---:|---:|")
-    for (step, part), n in sorted(checker.by_part.items()):
+    by_part, leaves = checker.counted()
+    for (step, part), n in sorted(by_part.items()):
         print(f"| {step} | {part} | {n:,} | {100 * n / res.runs:.1f} % |")
-    new, seen = checker.leaves["new"], checker.leaves["seen"]
+    new, seen = leaves["new"], leaves["seen"]
     print(f"\nlast-step children: {new + seen:,}; a schedule already checked: {seen:,} "
           f"({100 * seen / max(new + seen, 1):.1f} %), new: {new:,}")  # fmt: skip
     if args.states:
