@@ -243,6 +243,18 @@ def test_speed_figures_are_the_committed_timings() -> None:
         f"`data/check/r4-s3-k3.json`; {check['python -m sim check --k 3']:.0f} s of one core"
         in flat
     )
+    scaling = ROOT / "data/bench/scaling/check-eb9cfdd"
+    r4 = pd.read_csv(scaling / "r4-s3-k3.csv").set_index("workers")["wall_s"]
+    (r5,) = pd.read_csv(scaling / "r5-s3-k3.csv")["wall_s"]
+    assert f"R = 4 took {r4[1]:.0f} s on one worker and {r4[16]:.0f} s on 16" in flat
+    assert f"--out data/check/r5-s3-k3.json` took {r5:.0f} s" in flat
+    five = json.loads((ROOT / "data/check/r5-s3-k3.json").read_text())
+    four = json.loads((ROOT / "data/check/r4-s3-k3.json").read_text())
+    times = sum(five["schedules"].values()) / sum(four["schedules"].values())
+    assert f"{times:.0f} times the schedules, the same verdicts" in flat
+    for name, pol in five["policies"].items():
+        assert pol["safe"] == four["policies"][name]["safe"], name
+        assert {cx["rows"] for cx in pol["counterexamples"].values()} <= {2}, name
     two_by_four = check.filter(like="--max-rows 2 --steps 4").item()
     assert f"2 rows × 4 steps is about a minute, {two_by_four:.0f} s measured" in flat
     bench = {r["command"]: r["wall_s"] for r in json.loads((waits / "2026-12-03.json").read_text())}
