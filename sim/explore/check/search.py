@@ -97,6 +97,7 @@ class Checker:
         self.leaf_keys_seen: set = set()
         self.prefix_seen: set = set()
         self.evaluated: set = set()  # memo keys of the subtrees' steps, once each (merging)
+        self.shipped: dict[tuple, tuple] = {}  # last steps' aggregates from explorers (merging)
         self.nodes = 0
         self.runs = 0
         self.evaluations = 0
@@ -307,7 +308,9 @@ class Checker:
             if key not in self.leaf_keys_seen:
                 self.leaf_keys_seen.add(key)
                 assert self.part is not None
-                self.part.leaves.append(_Leaf(key, root, reqs, cap_iv, new_records, frontiers))
+                leaf = _Leaf(key, root, reqs, cap_iv, new_records, frontiers)
+                self.part.leaves.append(leaf)
+                self._ship(leaf)
             return
         # The same prefix reached by other choices has the same interleavings: count them once.
         count = key not in self.prefix_seen
@@ -369,6 +372,9 @@ class Checker:
 
     def _merge(self, part: _Part) -> None:
         """One task's part, in the order of the search."""
+        for key, agg, n in part.shipped:
+            if key not in self.memo and key not in self.shipped:
+                self.shipped[key] = (agg, n)
         self.runs += part.runs
         self.nodes += part.nodes
         self.verified += part.verified
@@ -388,6 +394,36 @@ class Checker:
         for leaf in part.leaves:
             self._leaf(leaf)
 
+    def _last_step(self, leaf: _Leaf) -> tuple[bool, tuple, list[Policy]]:
+        """A leaf's last step: whether its counts are free, its transition, its policies."""
+        root, records = leaf.root, leaf.records
+        s = len(records) - 1
+        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
+        trans = self._transition(root, records[s - 1], records[s], free, True)
+        pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
+        return free, trans, pols
+
+    def _ship(self, leaf: _Leaf) -> None:
+        """An explorer's share of a leaf's evaluation: the aggregate of every (policy, buffer
+        state) of its last step that this explorer has not evaluated yet, for the merge's
+        memo (the merge counts and uses only those its new leaves look up)."""
+        assert self.part is not None
+        free, trans, pols = self._last_step(leaf)
+        s = len(leaf.records) - 1
+        cur, prev = leaf.records[s], leaf.records[s - 1]
+        for pol in pols:
+            for state in leaf.frontiers[pol.name]:
+                key = ((pol.name, trans), state)
+                if key in self.memo:
+                    continue
+                before = self.evaluations
+                try:
+                    agg: _Agg | None = self._aggregate(pol, leaf.root, state, cur, prev, free, True)
+                except _NotSymbolic:  # the merge raises it if a new leaf needs this one
+                    agg = None
+                self.memo[key] = agg  # type: ignore[assignment]
+                self.part.shipped.append((key, agg, self.evaluations - before))
+
     def _leaf(self, leaf: _Leaf) -> None:
         """The last step of a schedule not seen before: every policy's interleavings."""
         key, root, reqs, cap_iv, records = leaf.key, leaf.root, leaf.reqs, leaf.cap_iv, leaf.records
@@ -395,10 +431,7 @@ class Checker:
             return  # the same schedule (up to names) was checked on another branch
         self.leaf_keys_seen.add(key)
         self.leaf_keys[root.async_scheduling].add(key)
-        s = len(records) - 1
-        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
-        trans = self._transition(root, records[s - 1], records[s], free, True)
-        pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
+        free, trans, pols = self._last_step(leaf)
         for pol in pols:
             _out, ok, repaired, failing = self._step(
                 pol, root, reqs, cap_iv, records, leaf.frontiers[pol.name], free, True, trans
@@ -428,11 +461,18 @@ class Checker:
             key = (base_key, state)
             agg = self.memo.get(key)
             if agg is None:
-                before = self.evaluations
-                agg = self._aggregate(pol, root, state, cur, prev, free, last)
+                got = self.shipped.pop(key, None)
+                if got is not None:  # evaluated by an explorer (_ship): counted here, once
+                    if got[0] is None:
+                        raise _NotSymbolic(pol.name)
+                    agg = got[0]
+                    self.evaluations += got[1]
+                else:
+                    before = self.evaluations
+                    agg = self._aggregate(pol, root, state, cur, prev, free, last)
+                    if self.part is not None:  # counted once by the merge, whoever evaluated it
+                        self.part.evaluated.append((key, self.evaluations - before))
                 self.memo[key] = agg
-                if self.part is not None:  # counted once by the merge, whoever evaluated it
-                    self.part.evaluated.append((key, self.evaluations - before))
             ok_total += n * agg.ok
             repaired += n * agg.repaired
             for kind, m in agg.failing.items():
@@ -607,6 +647,8 @@ class _Part:
     counted: list[tuple] = field(default_factory=list)  # prefix key, policy, repaired, failing
     offers: list[tuple[str, Counterexample]] = field(default_factory=list)
     leaves: list[_Leaf] = field(default_factory=list)
+    # (memo key, aggregate or None where the policy is not a pure copy, evaluations)
+    shipped: list[tuple[tuple, _Agg | None, int]] = field(default_factory=list)
 
 
 # The explorer of a worker process, kept from task to task (the pool hands each worker its
@@ -615,13 +657,13 @@ _EXPLORERS: dict[tuple, Checker] = {}
 
 
 def _explore_unit(unit: tuple) -> _Part:
-    space, names, verify, task = unit
-    key = (space, tuple(names), verify)
+    space, names, concrete, verify, task = unit
+    key = (space, tuple(names), concrete, verify)
     explorer = _EXPLORERS.get(key)
     if explorer is None:
         _EXPLORERS.clear()
         pols = [named(n) for n in names]
-        explorer = _EXPLORERS[key] = Checker(space, pols, None, verify).explorer()
+        explorer = _EXPLORERS[key] = Checker(space, pols, set(concrete), verify).explorer()
     return explorer.explore(task)
 
 
@@ -631,7 +673,8 @@ def _explore_in_processes(
     from sim.runs.processes import iter_units
 
     names = [p.name for p in checker.policies]
-    units = [(checker.space, names, checker.verify_resume, t) for t in tasks]
+    concrete = tuple(sorted(checker.concrete))
+    units = [(checker.space, names, concrete, checker.verify_resume, t) for t in tasks]
     return iter_units(_explore_unit, units, workers, preload=["sim.explore.check"])
 
 
