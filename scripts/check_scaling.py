@@ -49,7 +49,10 @@ def main() -> int:
     ap.add_argument("--oracle", default="", help="a committed table every run must equal")
     args = ap.parse_args()
     workers = _ints(args.workers)
-    oracle = Path(args.oracle).read_bytes() if args.oracle else None
+    try:
+        oracle = Path(args.oracle).read_bytes() if args.oracle else None
+    except OSError as e:
+        raise SystemExit(f"error: --oracle {args.oracle}: {e.strerror or e}") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -59,7 +62,10 @@ def main() -> int:
                "--steps", str(args.steps), "--k", str(args.k), "--workers", str(n),
                "--out", str(path), "--budget", "100"]  # fmt: skip
         t0 = time.perf_counter()
-        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)  # fmt: skip
+        if done.returncode:  # sim check said what was wrong in one line
+            raise SystemExit(done.stderr.strip() or f"error: sim check exited {done.returncode}")
         wall = time.perf_counter() - t0
         data = path.read_bytes()
         rows.append({"workers": n, "wall_s": round(wall, 2),
