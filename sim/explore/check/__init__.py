@@ -7,7 +7,8 @@ and hazard kind is told as a story. docs/check.md explains the choices, roots an
 
 Modules: :mod:`.space` (what is chosen: probes, roots, requests, the scheduler run),
 :mod:`.step` (one step transition at one landing), :mod:`.search` (the tree, the frontiers of
-buffer states, the results), :mod:`.report` (stories and JSON).
+buffer states, the merge, the results), :mod:`.tasks` (subtrees explored over processes),
+:mod:`.report` (stories and JSON).
 """
 
 from sim.explore.check.report import counterexample_json, result_json, story

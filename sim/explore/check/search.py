@@ -19,6 +19,7 @@ from sim.explore.check.step import (
     landings,
     symbolic_masks,
 )
+from sim.explore.check.tasks import Leaf, Part, Task
 from sim.model.policies import ALL, SYNC_SCHEDULING, Policy, named, select
 from sim.model.schedule import StepRecord
 from sim.model.verdict import hazard_kind
@@ -105,9 +106,9 @@ class Checker:
         # Also run every resumed run from step 0 and compare (tests/test_check.py).
         self.verify_resume = verify_resume
         self.verified = 0
-        # An explorer (a checker that explores subtrees for a merging one) fills a _Part.
-        self.part: _Part | None = None
-        self.tasks: list[_Task] = []
+        # An explorer (a checker that explores subtrees for a merging one) fills a Part.
+        self.part: Part | None = None
+        self.tasks: list[Task] = []
 
     # -- tree ------------------------------------------------------------------------------
     def roots(self) -> Iterator[Root]:
@@ -133,9 +134,9 @@ class Checker:
         tasks, self.tasks = self.tasks, []
         if workers <= 1:
             explorer = self.explorer()
-            parts: Generator[_Part, None, None] = (explorer.explore(t) for t in tasks)
+            parts: Generator[Part, None, None] = (explorer.explore(t) for t in tasks)
         else:
-            parts = _explore_in_processes(self, tasks, workers)
+            parts = explore_in_processes(self, tasks, workers)
         with contextlib.closing(parts):  # an error here: the tasks not begun are dropped
             for part in parts:
                 self._merge(part)
@@ -308,7 +309,7 @@ class Checker:
             if key not in self.leaf_keys_seen:
                 self.leaf_keys_seen.add(key)
                 assert self.part is not None
-                leaf = _Leaf(key, root, reqs, cap_iv, new_records, frontiers)
+                leaf = Leaf(key, root, reqs, cap_iv, new_records, frontiers)
                 self.part.leaves.append(leaf)
                 self._ship(leaf)
             return
@@ -328,7 +329,7 @@ class Checker:
                     self._count(pol.name, repaired, failing)
         args = (reqs, cap_iv, new_records, new_frontiers, out_lens, cap_len, run)
         if s == 0 and self.part is None:
-            self.tasks.append(_Task(root, *args))  # the subtree: explored by an explorer
+            self.tasks.append(Task(root, *args))  # the subtree: explored by an explorer
             return
         self._expand(root, pols, *args)
 
@@ -355,22 +356,22 @@ class Checker:
     def explorer(self) -> Checker:
         """A checker that explores this one's tasks in their order (``explore``)."""
         new = type(self)(self.space, self.policies, self.concrete, self.verify_resume)
-        new.part = _Part()
+        new.part = Part()
         return new
 
-    def explore(self, task: _Task) -> _Part:
+    def explore(self, task: Task) -> Part:
         """The subtree of one task: its runs, nodes and steps evaluated up to the last one,
         whose schedules are left for the merge. Tasks must come in the order of the search
         (this explorer's seen sets are then a subset of what the merge has seen)."""
         assert self.part is not None
-        self.part = part = _Part()
+        self.part = part = Part()
         runs, nodes, verified = self.runs, self.nodes, self.verified
-        self._expand(*task.args(self))
+        self._expand(*task.args(self.async_policies))
         part.runs, part.nodes = self.runs - runs, self.nodes - nodes
         part.verified = self.verified - verified
         return part
 
-    def _merge(self, part: _Part) -> None:
+    def _merge(self, part: Part) -> None:
         """One task's part, in the order of the search."""
         for key, agg, n in part.shipped:
             if key not in self.memo and key not in self.shipped:
@@ -394,7 +395,7 @@ class Checker:
         for leaf in part.leaves:
             self._leaf(leaf)
 
-    def _last_step(self, leaf: _Leaf) -> tuple[bool, tuple, list[Policy]]:
+    def _last_step(self, leaf: Leaf) -> tuple[bool, tuple, list[Policy]]:
         """A leaf's last step: whether its counts are free, its transition, its policies."""
         root, records = leaf.root, leaf.records
         s = len(records) - 1
@@ -403,7 +404,7 @@ class Checker:
         pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
         return free, trans, pols
 
-    def _ship(self, leaf: _Leaf) -> None:
+    def _ship(self, leaf: Leaf) -> None:
         """An explorer's share of a leaf's evaluation: the aggregate of every (policy, buffer
         state) of its last step that this explorer has not evaluated yet, for the merge's
         memo (the merge counts and uses only those its new leaves look up)."""
@@ -424,7 +425,7 @@ class Checker:
                 self.memo[key] = agg  # type: ignore[assignment]
                 self.part.shipped.append((key, agg, self.evaluations - before))
 
-    def _leaf(self, leaf: _Leaf) -> None:
+    def _leaf(self, leaf: Leaf) -> None:
         """The last step of a schedule not seen before: every policy's interleavings."""
         key, root, reqs, cap_iv, records = leaf.key, leaf.root, leaf.reqs, leaf.cap_iv, leaf.records
         if key in self.leaf_keys_seen:
@@ -604,59 +605,12 @@ class Checker:
             self.results[name].minimal[cx.kind] = cx
 
 
-@dataclass
-class _Task:
-    """A child of step 0: the arguments of its subtree's ``_expand``."""
-
-    root: Root
-    reqs: tuple[Req, ...]
-    cap_iv: tuple[int, int]
-    records: list[StepRecord]
-    frontiers: dict
-    out_lens: list[int]
-    cap_len: int
-    run: _Run
-
-    def args(self, checker: Checker) -> tuple:
-        """``_expand``'s arguments, with the root's policies as ``checker`` has them."""
-        pols = checker.async_policies if self.root.async_scheduling else [SYNC_SCHEDULING]
-        return (self.root, pols, self.reqs, self.cap_iv, self.records, self.frontiers,
-                self.out_lens, self.cap_len, self.run)  # fmt: skip
-
-
-@dataclass
-class _Leaf:
-    """A schedule of every step, left unevaluated by an explorer."""
-
-    key: tuple
-    root: Root
-    reqs: tuple[Req, ...]
-    cap_iv: tuple[int, int]
-    records: list[StepRecord]
-    frontiers: dict  # per policy: the buffer states before the last step
-
-
-@dataclass
-class _Part:
-    """What an explorer found in one task's subtree, for the merge."""
-
-    runs: int = 0
-    nodes: int = 0
-    verified: int = 0
-    evaluated: list[tuple[tuple, int]] = field(default_factory=list)  # memo key, evaluations
-    counted: list[tuple] = field(default_factory=list)  # prefix key, policy, repaired, failing
-    offers: list[tuple[str, Counterexample]] = field(default_factory=list)
-    leaves: list[_Leaf] = field(default_factory=list)
-    # (memo key, aggregate or None where the policy is not a pure copy, evaluations)
-    shipped: list[tuple[tuple, _Agg | None, int]] = field(default_factory=list)
-
-
 # The explorer of a worker process, kept from task to task (the pool hands each worker its
 # tasks in the search's order).
 _EXPLORERS: dict[tuple, Checker] = {}
 
 
-def _explore_unit(unit: tuple) -> _Part:
+def _explore_unit(unit: tuple) -> Part:
     space, names, concrete, verify, task = unit
     key = (space, tuple(names), concrete, verify)
     explorer = _EXPLORERS.get(key)
@@ -667,14 +621,14 @@ def _explore_unit(unit: tuple) -> _Part:
     return explorer.explore(task)
 
 
-def _explore_in_processes(
-    checker: Checker, tasks: list[_Task], workers: int
-) -> Generator[_Part, None, None]:
-    from sim.runs.processes import iter_units
-
+def explore_in_processes(
+    checker: Checker, tasks: list[Task], workers: int
+) -> Generator[Part, None, None]:
     names = [p.name for p in checker.policies]
     concrete = tuple(sorted(checker.concrete))
     units = [(checker.space, names, concrete, checker.verify_resume, t) for t in tasks]
+    from sim.runs.processes import iter_units
+
     return iter_units(_explore_unit, units, workers, preload=["sim.explore.check"])
 
 
