@@ -243,7 +243,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
         f"`data/check/r4-s3-k3.json`; {check['python -m sim check --k 3']:.0f} s of one core"
         in flat
     )
-    scaling = ROOT / "data/bench/scaling/check-eb9cfdd"
+    scaling = ROOT / "data/bench/scaling/check-107d36f"
     r4 = pd.read_csv(scaling / "r4-s3-k3.csv").set_index("workers")["wall_s"]
     (r5,) = pd.read_csv(scaling / "r5-s3-k3.csv")["wall_s"]
     assert f"R = 4 took {r4[1]:.0f} s on one worker and {r4[16]:.0f} s on 16" in flat
