@@ -121,10 +121,11 @@ class Checker:
 
     def run(self, workers: int = 1) -> CheckResult:
         """The search. Step 0 of every root is explored here; each of its children is a task
-        whose subtree an explorer explores (this process, or ``workers`` processes), leaving
-        its last step's schedules unevaluated. The parts are merged here in the tasks' order,
-        each leaf evaluated as it comes: the counts, the evaluations and the counterexamples
-        are those of one search in that order, whichever process explored what."""
+        whose subtree an explorer explores (this process, or ``workers`` processes), with the
+        aggregates of its last steps. The parts are merged here in the tasks' order, each leaf
+        counted if no earlier one had its schedule: the counts, the evaluations and the
+        counterexamples are those of one search in that order, whichever process explored
+        what."""
         self.tasks = []
         for root in self.roots():
             pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
@@ -304,8 +305,9 @@ class Checker:
         new_records = [*records, rec]
         key = (root.async_scheduling, schedule_key(new_records))
         if s == self.space.steps - 1:
-            # A leaf: evaluated by the merging checker, in order (_merge). The same schedule
-            # (up to names) reached on another branch explored here is left out already.
+            # A leaf: its last step's aggregates are evaluated here (_ship) and counted by the
+            # merge, in order (_leaf). The same schedule (up to names) reached on another
+            # branch explored here is left out already.
             if key not in self.leaf_keys_seen:
                 self.leaf_keys_seen.add(key)
                 assert self.part is not None
@@ -360,9 +362,9 @@ class Checker:
         return new
 
     def explore(self, task: Task) -> Part:
-        """The subtree of one task: its runs, nodes and steps evaluated up to the last one,
-        whose schedules are left for the merge. Tasks must come in the order of the search
-        (this explorer's seen sets are then a subset of what the merge has seen)."""
+        """The subtree of one task: its runs and nodes, its steps evaluated, its last step's
+        schedules kept for the merge to count. Tasks must come in the order of the search
+        (what this explorer has seen is then a subset of what the merge has seen)."""
         assert self.part is not None
         self.part = part = Part()
         runs, nodes, verified = self.runs, self.nodes, self.verified
