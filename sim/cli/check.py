@@ -74,8 +74,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     cpu_s = check_search_s(args.max_rows, args.steps)
     check_budget(f"check --max-rows {args.max_rows} --steps {args.steps}", cpu_s, args.budget,
                  "fewer rows or steps")  # fmt: skip
-    # The units are the subtrees of step 0's children: 24, 58, 124, 254 at 1-4 rows.
-    workers = args.workers or auto_workers(12 * 2**args.max_rows, cpu_s)
+    # The units are the subtrees of step 0's children: 24, 58, 124, 254 at 1-4 rows. Measured
+    # on 2 cores: R = 2 (estimate 3 s) is slower on two workers, R = 3 (20 s) faster.
+    workers = args.workers or auto_workers(12 * 2**args.max_rows, cpu_s, min_s=10.0)
     print(
         f"check max_rows={space.max_rows} steps={space.steps} k={space.k} "
         f"classes={','.join(space.classes)} sync_classes={','.join(space.sync_classes)} "

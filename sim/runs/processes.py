@@ -29,11 +29,13 @@ R = TypeVar("R")
 AUTO_MIN_S = 3.0
 
 
-def auto_workers(units: int, serial_s: float, cores: int | None = None) -> int:
+def auto_workers(
+    units: int, serial_s: float, cores: int | None = None, min_s: float = AUTO_MIN_S
+) -> int:
     """How many processes ``workers=0`` gets: one per core up to one per unit, or 1 (this
-    process) with one core, one unit, or less than :data:`AUTO_MIN_S` of work."""
+    process) with one core, one unit, or less than ``min_s`` of work."""
     n = cores if cores is not None else (os.cpu_count() or 1)
-    if n < 2 or units < 2 or serial_s < AUTO_MIN_S:
+    if n < 2 or units < 2 or serial_s < min_s:
         return 1
     return min(n, units)
 
