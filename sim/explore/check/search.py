@@ -128,7 +128,7 @@ class Checker:
         what."""
         self.tasks = []
         for root in self.roots():
-            pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
+            pols = self._policies(root)
             init = (tuple([1] * self.space.max_rows), tuple([1] * self.space.max_rows))
             frontiers: dict[str, dict[tuple, list]] = {p.name: {init: [1, [], None]} for p in pols}
             self._expand(root, pols, (), (1, BIG), [], frontiers, [], 0, None)
@@ -311,7 +311,9 @@ class Checker:
             if key not in self.leaf_keys_seen:
                 self.leaf_keys_seen.add(key)
                 assert self.part is not None
-                leaf = Leaf(key, root, reqs, cap_iv, new_records, frontiers)
+                free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
+                trans = self._transition(root, records[s - 1], rec, free, True)
+                leaf = Leaf(key, root, reqs, cap_iv, new_records, frontiers, free, trans)
                 self.part.leaves.append(leaf)
                 self._ship(leaf)
             return
@@ -397,24 +399,18 @@ class Checker:
         for leaf in part.leaves:
             self._leaf(leaf)
 
-    def _last_step(self, leaf: Leaf) -> tuple[bool, tuple, list[Policy]]:
-        """A leaf's last step: whether its counts are free, its transition, its policies."""
-        root, records = leaf.root, leaf.records
-        s = len(records) - 1
-        free = s >= 1 and (s - 1) + self._lag(root) >= self.space.steps
-        trans = self._transition(root, records[s - 1], records[s], free, True)
-        pols = self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
-        return free, trans, pols
+    def _policies(self, root: Root) -> list[Policy]:
+        return self.async_policies if root.async_scheduling else [SYNC_SCHEDULING]
 
     def _ship(self, leaf: Leaf) -> None:
         """An explorer's share of a leaf's evaluation: the aggregate of every (policy, buffer
         state) of its last step that this explorer has not evaluated yet, for the merge's
         memo (the merge counts and uses only those its new leaves look up)."""
         assert self.part is not None
-        free, trans, pols = self._last_step(leaf)
+        free, trans = leaf.free, leaf.trans
         s = len(leaf.records) - 1
         cur, prev = leaf.records[s], leaf.records[s - 1]
-        for pol in pols:
+        for pol in self._policies(leaf.root):
             for state in leaf.frontiers[pol.name]:
                 key = ((pol.name, trans), state)
                 if key in self.memo:
@@ -434,7 +430,7 @@ class Checker:
             return  # the same schedule (up to names) was checked on another branch
         self.leaf_keys_seen.add(key)
         self.leaf_keys[root.async_scheduling].add(key)
-        free, trans, pols = self._last_step(leaf)
+        free, trans, pols = leaf.free, leaf.trans, self._policies(root)
         for pol in pols:
             _out, ok, repaired, failing = self._step(
                 pol, root, reqs, cap_iv, records, leaf.frontiers[pol.name], free, True, trans

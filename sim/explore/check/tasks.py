@@ -43,6 +43,8 @@ class Leaf:
     cap_iv: tuple[int, int]
     records: list[StepRecord]
     frontiers: dict  # per policy: the buffer states before the last step
+    free: bool  # the previous step's counts are read at this step only (every tuple at once)
+    trans: tuple  # the last step's transition (memo key)
 
 
 @dataclass
