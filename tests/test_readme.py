@@ -255,6 +255,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
     for name, pol in five["policies"].items():
         assert pol["safe"] == four["policies"][name]["safe"], name
         assert {cx["rows"] for cx in pol["counterexamples"].values()} <= {2}, name
+        assert bool(pol["counterexamples"]) == (not pol["safe"]), name  # not vacuous
     two_by_four = check.filter(like="--max-rows 2 --steps 4").item()
     assert f"2 rows × 4 steps is about a minute, {two_by_four:.0f} s measured" in flat
     bench = {r["command"]: r["wall_s"] for r in json.loads((waits / "2026-12-03.json").read_text())}
