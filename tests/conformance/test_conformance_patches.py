@@ -17,14 +17,23 @@ RUNNERS = sorted((REPO / ".cache").glob("vllm-[0-9]*/vllm/v1/worker/gpu_model_ru
 
 
 def _methods(path: Path) -> dict[str, str]:
+    """Each method's source, as ``ast.get_source_segment(padded=True)`` gives it, dedented.
+
+    The segment is cut from the file's lines here: ``get_source_segment`` splits the whole
+    text again for every call, 6 s for the runner's 116 methods against 0.1 s."""
     text = path.read_text()
     tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GPUModelRunner")
-    return {
-        f.name: textwrap.dedent(ast.get_source_segment(text, f, padded=True) or "")
-        for f in cls.body
-        if isinstance(f, ast.FunctionDef)
-    }
+    methods = {}
+    for f in cls.body:
+        if isinstance(f, ast.FunctionDef):
+            assert f.end_lineno is not None and f.end_col_offset is not None
+            seg = [line.encode() for line in lines[f.lineno - 1 : f.end_lineno]]
+            seg[-1] = seg[-1][: f.end_col_offset]  # offsets count UTF-8 bytes
+            seg[0] = b" " * f.col_offset + seg[0][f.col_offset :]
+            methods[f.name] = textwrap.dedent(b"".join(seg).decode())
+    return methods
 
 
 def test_the_suite_release_is_among_the_checked_sources():
