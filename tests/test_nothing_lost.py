@@ -80,6 +80,21 @@ def test_force_replaces_a_marked_run_but_not_a_file_added_to_it(tmp_path: Path) 
     assert "specrace did not write" in err and (out / "notes.txt").read_text() == "mine"
 
 
+@pytest.mark.parametrize("kind", [[], [0, 1], {"a": 1}, 7, None])
+def test_a_marker_of_no_kind_is_not_ours(tmp_path: Path, kind: object) -> None:
+    """Found by the fuzz campaign (make test-slow): a marker whose kind was a list was a
+    TypeError (unhashable) when a sweep resumed; a kind that is not a name is no kind."""
+    out = tmp_path / "sw"
+    sweep = ["sweep", "--scenario", "minimal-race", "--vary", "timing.dma_land_delay_ns=1,2",
+             "--steps", "4", "--workers", "1", "--quiet", "--out", str(out)]  # fmt: skip
+    assert run_cli(sweep)[0] == 0
+    marker = json.loads((out / MARKER).read_text())
+    (out / MARKER).write_text(json.dumps({**marker, "kind": kind}))
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    refused(sweep, "specrace did not write")
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
 def test_force_replaces_a_run_an_older_specrace_wrote(tmp_path: Path) -> None:
     """A run folder without the marker (written before it existed) is known by its files."""
     out = tmp_path / "old"

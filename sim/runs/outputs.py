@@ -202,7 +202,7 @@ def owner(folder: Path) -> str | None:
             kind = json.loads(marker.read_text()).get("kind")
         except (OSError, ValueError, AttributeError):
             kind = None
-        return kind if kind in KINDS else None
+        return kind if isinstance(kind, str) and kind in KINDS else None
     try:  # a folder of no output of ours is known at its top, without walking it
         top = {p.name for p in folder.iterdir()}
     except OSError:
