@@ -14,18 +14,44 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
-from sim.runs.io import OBSERVED_COLUMNS, read_table
+from sim.runs.io import OBSERVED_COLUMNS, check_schema, read_table
 from sim.runs.stats import wilson
 
 # The columns compare needs, with the kind of values each must hold (sim.runs.io checks them).
 REQUIRED = OBSERVED_COLUMNS
 
 
+# Columns a replay table may hold (added as the replay grew; older tables lack them), with the
+# kind of values each must hold where present: compare reads them when they are there.
+OPTIONAL = {
+    "land_predicted_ns": "int", "land_seen_ns": "int", "land_bracket_ns": "int",
+    "op_err_max_ns": "int", "op_err_p50_ns": "int", "read_err_ns": "int",
+    "land_predicted_pos": "int", "land_margin_ns": "int", "sim_cpu_value": "int",
+    "sim_landed": "bool",
+}  # fmt: skip
+
+
 def read_observed(path: Path) -> pd.DataFrame:
-    """A replay table: a directory holding ``observed.parquet``, or the file itself."""
+    """A replay table: a directory holding ``observed.parquet``, or the file itself; its
+    required columns and whichever optional ones it has, each of the right kind."""
     if path.is_dir() or path.suffix != ".parquet":
         path = path / "observed.parquet"
-    return read_table(path, "observed.parquet")
+    df = read_table(path, "observed.parquet")
+    check_schema(df, {c: k for c, k in OPTIONAL.items() if c in df.columns},
+                 f"{path}: not a whole replay table")  # fmt: skip
+    if "op_errs_ns" in df.columns and not all(_int_list(x) for x in df["op_errs_ns"]):
+        raise SpecraceError(
+            f"{path}: not a whole replay table (column op_errs_ns holds a value that is not a "
+            "list of integers)"
+        )
+    return df
+
+
+def _int_list(x: object) -> bool:
+    """A cell of ``op_errs_ns``: every op's error, a list (or array) of integers."""
+    if isinstance(x, np.ndarray):
+        return x.ndim == 1 and (x.size == 0 or np.issubdtype(x.dtype, np.integer))
+    return isinstance(x, list) and all(type(v) is int for v in x)
 
 
 def pool_runs(tables: list[pd.DataFrame], names: list[str] | None = None) -> pd.DataFrame:
