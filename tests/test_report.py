@@ -120,10 +120,32 @@ def test_a_run_without_trace_says_why_it_has_no_timeline(tmp_path: Path) -> None
     r = sim("run", "--scenario", "minimal-race", "--policy", "align", "--no-trace", "--out",
             str(run))  # fmt: skip
     assert r.returncode == 0, r.stderr
+    assert json.loads((run / "meta.json").read_text())["trace"] is False
     assert sim("report", str(run)).returncode == 0
     page = (run / "report.html").read_text()
     assert "None: the run has no trace.parquet (made with --no-trace)" in page
     assert page.count("<img ") == 1  # the hazard summary only
+
+
+def test_a_run_that_lost_its_trace_or_has_garbled_meta_is_refused(tmp_path: Path) -> None:
+    """A run whose meta.json says it wrote trace.parquet, without it, is not a --no-trace run;
+    a meta.json whose versions are not a table is not a run's (fuzz campaign cases)."""
+    run = tmp_path / "run"
+    r = sim("run", "--scenario", "minimal-race", "--policy", "align", "--out", str(run))
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["trace"] is True
+    (run / "trace.parquet").unlink()
+    r = sim("report", str(run))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"error: {run / 'trace.parquet'}: missing, yet the run wrote one")
+    assert not (run / "report.html").exists()
+    del meta["trace"]  # a run from before meta.json said: its one trace lost cannot be told
+    (run / "meta.json").write_text(json.dumps({**meta, "versions": ""}))
+    r = sim("report", str(run))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "versions '' is not a table of names and versions" in r.stderr
+    assert not (run / "report.html").exists()
 
 
 # -- in a real browser ------------------------------------------------------------------------

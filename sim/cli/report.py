@@ -23,7 +23,7 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     from sim.resolve.risk import generations
 
     runs = run_dirs(src)
-    has_trace = all((d / "trace.parquet").is_file() for _p, d in runs)
+    has_trace = _has_trace(runs)
     schedule, loaded = load_run(src, runs, trace=has_trace)
     meta = loaded[0][1]
     scenario = scenario_from_dict(meta["scenario"], "meta", str(src))
@@ -68,6 +68,26 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     page = report.run_page(what_ran=what_ran, rows=rows, hazard_fig=fig, timeline=timeline,
                            rules=rules, command=command, title=title)  # fmt: skip
     return page.html()
+
+
+def _has_trace(runs: list[tuple[str, Path]]) -> bool:
+    """Whether the runs have their traces: a run made with ``--no-trace`` has none (the page
+    says so), but one whose ``meta.json`` says it wrote one, or (a run from before meta.json
+    said) one policy's missing where another's is there, lost it."""
+    from sim.runs.io import read_meta
+
+    found = {d: (d / "trace.parquet").is_file() for _p, d in runs}
+    for _p, d in runs:
+        wrote = read_meta(d / "meta.json").get("trace", any(found.values()))
+        if wrote and not found[d]:
+            raise SpecraceError(
+                f"{d / 'trace.parquet'}: missing, yet the run wrote one (rerun "
+                "it, or run with --no-trace for a page without the timeline)"
+            )
+        if not wrote and found[d]:
+            raise SpecraceError(f"{d / 'trace.parquet'}: a trace its meta.json says the run did "
+                                "not write")  # fmt: skip
+    return all(found.values())
 
 
 def summary_of(policy: str, meta: dict, reads) -> dict:

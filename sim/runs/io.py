@@ -322,6 +322,15 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not isinstance(scenario, dict):
         raise SpecraceError(f"{path}: scenario is missing or not a table")
     scenario_from_dict(scenario, "meta", str(path))
+    versions, commit = meta.get("versions", {}), meta.get("git_commit", "")
+    if not isinstance(versions, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in versions.items()
+    ):
+        raise SpecraceError(f"{path}: versions {versions!r} is not a table of names and versions")
+    if not isinstance(commit, str):
+        raise SpecraceError(f"{path}: git_commit {commit!r} is not a commit")
+    if "trace" in meta and type(meta["trace"]) is not bool:
+        raise SpecraceError(f"{path}: trace {meta['trace']!r} is not true or false")
     return meta
 
 

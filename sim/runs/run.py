@@ -92,6 +92,7 @@ def write_run(
             "seed": seed,
             "schema_version": SCHEMA_VERSION,
             "summary": result.summary,
+            "trace": result.trace is not None,  # report tells a --no-trace run from a lost file
             "versions": versions(),
             "git_commit": git_commit(),
         },
@@ -165,6 +166,7 @@ def run_streaming(
             "schema_version": SCHEMA_VERSION,
             "summary": summary,
             "tier": "vector, streamed",
+            "trace": False,
             "versions": versions(),
             "git_commit": git_commit(),
         },
