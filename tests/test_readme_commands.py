@@ -1,8 +1,10 @@
 """Every command in the README's ``sh`` blocks runs as written, in a fresh copy of the repo.
 
 A line whose comment is exactly ``# GPU`` needs a CUDA device: only its ``--help`` is run.
-Commands run in order, in one copy of the tracked files (later ones read what earlier ones
-wrote, as a reader following the README would), with ``python`` the test's interpreter.
+Commands run with ``python`` the test's interpreter, in a copy of the tracked files, in chains:
+the commands that name one folder or file under ``out/`` (the one that writes it, then those
+that read it) run in the README's order in one test, as a reader following the README would;
+chains are tests of their own, so the suite's workers share them out.
 """
 
 from __future__ import annotations
@@ -34,9 +36,27 @@ def readme_commands() -> list[str]:
 COMMANDS = readme_commands()
 
 
+def chains(commands: list[str]) -> dict[str, list[str]]:
+    """The commands grouped by the first ``out/<name>`` they name (in the README's order
+    within a group); a command that names none is a group of its own."""
+    out: dict[str, list[str]] = {}
+    for i, command in enumerate(commands):
+        m = re.search(r"(?<![\w/])out/([^/\s]+)", command.partition("  #")[0])
+        key = m.group(1) if m else f"{i:02d}-{shlex.split(command)[:4][-1]}"
+        out.setdefault(key, []).append(command)
+    return out
+
+
+CHAINS = chains([c for c in COMMANDS if not c.startswith(("make ", "pip install"))])
+
+
 def test_the_readme_has_commands() -> None:
     assert len(COMMANDS) >= 10
     assert any(c.startswith("make demo") for c in COMMANDS)
+    assert len(CHAINS["mr"]) >= 4  # a run, then what reads it
+    assert sum(len(c) for c in CHAINS.values()) == len(
+        [c for c in COMMANDS if not c.startswith(("make ", "pip install"))]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +73,10 @@ def fresh_copy(tmp_path_factory) -> Path:
     return dst
 
 
-def test_every_readme_command_runs(fresh_copy: Path) -> None:
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_every_readme_command_runs(fresh_copy: Path, chain: str) -> None:
     failures = []
-    for command in COMMANDS:
+    for command in CHAINS[chain]:
         cmd, _, comment = command.partition("  #")
         argv = shlex.split(cmd)
         if argv[0] == "make":  # the two make targets are what CI itself runs
