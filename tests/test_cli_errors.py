@@ -29,6 +29,11 @@ BAD_SCENARIOS = {
     "bad_literal": ("[engine]\nmamba_cache_mode = 'some'\n", "engine.mamba_cache_mode must be"),
     "not_toml": ("[engine\n", "not valid TOML"),
     "probability": ("[workload]\nacceptance_probs = [0.9, 1.5, 0.2]\n", "probabilities"),
+    # These three checks sat after a property's return, unreachable, until the fuzz
+    # campaign's sweep refused what run had accepted (the vector tier checks them too).
+    "stall_probability": ("[timing]\nworker_stall_prob = 1.5\n", "worker_stall_prob must be in"),
+    "slow_probability": ("[timing]\nworker_slow_prob = 1.5\n", "worker_slow_prob must be in"),
+    "slow_factor": ("[timing]\nworker_slow_factor = 0.0\n", "worker_slow_factor must be in"),
     "top_level": ("colour = 'red'\n", "unknown key 'colour'"),
     "scripted_bad_count": (
         "[workload]\narrival = 'scripted'\n[[workload.requests]]\nreq_id = 'A'\n"

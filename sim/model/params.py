@@ -246,17 +246,17 @@ class TimingParams:
             raise ValueError("timing.jitter_frac must be in [0, 1)")
         if not (self.gpu_jitter_frac == -1.0 or 0.0 <= self.gpu_jitter_frac < 1.0):
             raise ValueError("timing.gpu_jitter_frac must be -1 (as jitter_frac) or in [0, 1)")
-
-    @property
-    def gpu_frac(self) -> float:
-        """The jitter of the GPU's durations."""
-        return self.jitter_frac if self.gpu_jitter_frac < 0 else self.gpu_jitter_frac
         if not 0.0 <= self.worker_stall_prob <= 1.0:
             raise ValueError("timing.worker_stall_prob must be in [0, 1]")
         if not 0.0 <= self.worker_slow_prob <= 1.0:
             raise ValueError("timing.worker_slow_prob must be in [0, 1]")
         if not 0.0 < self.worker_slow_factor <= 100.0:
             raise ValueError("timing.worker_slow_factor must be in (0, 100]")
+
+    @property
+    def gpu_frac(self) -> float:
+        """The jitter of the GPU's durations."""
+        return self.jitter_frac if self.gpu_jitter_frac < 0 else self.gpu_jitter_frac
 
 
 @dataclass(frozen=True)
