@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from fuzz_harness import CAMPAIGN, check_case, run_cli
@@ -306,6 +307,8 @@ def _mutate_table(path: Path, tree: Path, data: st.DataObject) -> tuple[str, boo
             )  # noqa: E501
         elif pd.api.types.is_float_dtype(df[col]):
             df.loc[i, col] = data.draw(st.sampled_from([float("nan"), float("inf"), -1.0, 1e300]))
+        elif isinstance(df[col].iloc[i], (list, np.ndarray)):  # a list column: text is unwritable
+            df.at[i, col] = data.draw(st.one_of(st.none(), st.lists(HOSTILE_INTS, max_size=3)))
         else:
             df.loc[i, col] = data.draw(st.one_of(st.none(), st.text(max_size=6)))
     elif kind == "duplicate" and len(df):
