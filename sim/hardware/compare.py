@@ -39,7 +39,7 @@ def read_observed(path: Path) -> pd.DataFrame:
     df = read_table(path, "observed.parquet")
     check_schema(df, {c: k for c, k in OPTIONAL.items() if c in df.columns},
                  f"{path}: not a whole replay table")  # fmt: skip
-    if "op_errs_ns" in df.columns and not all(_int_list(x) for x in df["op_errs_ns"]):
+    if "op_errs_ns" in df.columns and not _int_lists(path, df):
         raise SpecraceError(
             f"{path}: not a whole replay table (column op_errs_ns holds a value that is not a "
             "list of integers)"
@@ -47,11 +47,15 @@ def read_observed(path: Path) -> pd.DataFrame:
     return df
 
 
-def _int_list(x: object) -> bool:
-    """A cell of ``op_errs_ns``: every op's error, a list (or array) of integers."""
-    if isinstance(x, np.ndarray):
-        return x.ndim == 1 and (x.size == 0 or np.issubdtype(x.dtype, np.integer))
-    return isinstance(x, list) and all(type(v) is int for v in x)
+def _int_lists(path: Path, df: pd.DataFrame) -> bool:
+    """Whether every cell of ``op_errs_ns`` (every op's error) is a list of integers: the
+    file's column type says so for all cells at once, and no cell is null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_schema(path).field("op_errs_ns").type
+    lists = pa.types.is_list(t) or pa.types.is_large_list(t)
+    return lists and pa.types.is_integer(t.value_type) and not df["op_errs_ns"].isna().any()
 
 
 def pool_runs(tables: list[pd.DataFrame], names: list[str] | None = None) -> pd.DataFrame:
