@@ -7,7 +7,11 @@ made them).
     python scripts/profile_table.py PROFILE.raw [--top 20] [--skip 8]   # or PROFILE.raw.gz
 
 ``--skip`` leaves out the first inclusive rows (the interpreter and CLI frames every sample
-has). py-spy is a developer tool, not a dependency of the project (``pip install py-spy``).
+has). ``--by-package`` gives instead each sample to where its deepest frame is: a package of
+site-packages, a file of the checkout (sim/, gpu_check/, tests/, scripts/), Python's import
+machinery, or the rest of the standard library (a profile of a whole test suite, recorded with
+``--subprocesses``, spreads over hundreds of processes). py-spy is a developer tool, not a
+dependency of the project (``pip install py-spy``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,20 @@ def _name(frame: str) -> str:
     return _LINE.sub(")", _PATH.sub(" (", frame))
 
 
+def _lines(text: str) -> list[tuple[int, str]]:
+    """The raw lines, numbered: a line without its count is joined to the next (py-spy writes
+    the command line of a ``python -c`` process with its newlines)."""
+    out, pending, first = [], "", 0
+    for n, line in enumerate(text.splitlines(), 1):
+        pending, first = (pending + " " + line, first) if pending else (line, n)
+        if re.search(r" \d+$", pending):
+            out.append((first, pending))
+            pending = ""
+    if pending:
+        out.append((first, pending))  # no count at the end: the caller's error
+    return out
+
+
 def tables(raw: Path) -> tuple[int, Counter, Counter]:
     total, inclusive, own = 0, Counter(), Counter()
     try:
@@ -35,7 +53,7 @@ def tables(raw: Path) -> tuple[int, Counter, Counter]:
         text = (gzip.decompress(data) if raw.suffix == ".gz" else data).decode()
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise SystemExit(f"error: {raw}: not a py-spy raw profile ({e})") from None
-    for n_line, line in enumerate(text.splitlines(), 1):
+    for n_line, line in _lines(text):
         stack, sep, count = line.rpartition(" ")
         if not sep or not count.isdigit():
             raise SystemExit(f"error: {raw}:{n_line}: not a py-spy raw line (stack count)")
@@ -48,15 +66,54 @@ def tables(raw: Path) -> tuple[int, Counter, Counter]:
     return total, inclusive, own
 
 
+_OURS = re.compile(r"\((?:[^()]*/)?((?:sim|gpu_check|tests|scripts)/[^:()]+)")
+_FILE = re.compile(r"\((?:[^()]*/site-packages/)?([^():]+):\d+\)$")
+
+
+def package(frame: str) -> str:
+    """Where a raw frame ``func (path:line)`` is: see ``--by-package``. py-spy writes a path
+    under sys.path relative to it: ``pandas/core/frame.py``, ``subprocess.py``."""
+    if m := _OURS.search(frame):
+        return m.group(1)
+    if "<frozen importlib" in frame:
+        return "(imports)"
+    if frame.startswith("process "):
+        return "(no Python frame)"
+    m = _FILE.search(frame)
+    path = m.group(1) if m else ""
+    if "/" in path and not path.startswith("/"):
+        return path.split("/")[0]  # a package: pandas, matplotlib, json, multiprocessing
+    return "(python: one-file modules, frozen, builtins)"
+
+
+def by_package(raw: Path) -> tuple[int, Counter]:
+    total, where = 0, Counter()
+    text = gzip.decompress(raw.read_bytes()) if raw.suffix == ".gz" else raw.read_bytes()
+    for _n, line in _lines(text.decode()):
+        stack, _sep, count = line.rpartition(" ")
+        frames = stack.split(";")
+        total += int(count)
+        where[package(frames[-1]) if stack else "(no Python frame)"] += int(count)
+    return total, where
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("raw", type=Path)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--skip", type=int, default=8)
+    ap.add_argument("--by-package", action="store_true", help="shares by where samples are")
     args = ap.parse_args(argv)
     if not args.raw.is_file():
         raise SystemExit(f"error: {args.raw}: no such file")
-    total, inclusive, own = tables(args.raw)
+    total, inclusive, own = tables(args.raw)  # also checks every line
+    if args.by_package and total:
+        total, where = by_package(args.raw)
+        print(f"{total:,} samples\n")
+        print("| where the deepest frame is | share |\n|---|---:|")
+        for f, n in where.most_common(args.top):
+            print(f"| {f} | {100 * n / total:.1f} % |")
+        return 0
     if not total:
         raise SystemExit(f"error: {args.raw}: no samples")
     print(f"{total:,} samples\n")

@@ -23,8 +23,8 @@ def test_every_committed_profile_gives_its_table() -> None:
     for path in PROFILES:
         r = run(path, "--top", "5", "--skip", "0")
         assert r.returncode == 0, r.stderr
-        lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-        total = sum(int(line.rpartition(" ")[2]) for line in lines)
+        text = gzip.decompress(path.read_bytes()).decode()  # (a -c command line may span lines)
+        total = sum(int(n) for n in re.findall(r" (\d+)$", text, re.M))
         assert r.stdout.startswith(f"{total:,} samples")
         rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| `")]
         assert len(rows) == 5
@@ -53,3 +53,19 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert (
             r.returncode != 0 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
         ), r.stderr
+
+
+def test_by_package_gives_each_sample_to_its_deepest_frame(tmp_path: Path) -> None:
+    raw = tmp_path / "p.raw"
+    raw.write_text(
+        "main (/x/sim/a.py:1);f (pandas/core/frame.py:2) 4\n"
+        "main (/x/sim/a.py:1);g (/x/sim/model/b.py:3) 3\n"
+        'process 1:"python -c import os\nprint(1)";_load (<frozen importlib._bootstrap>:4) 2\n'
+        "main (/x/sim/a.py:1);wait (subprocess.py:5) 1\n"
+    )  # the third sample's command line spans two lines, as py-spy writes a -c script's
+    r = run(raw, "--by-package")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("10 samples")
+    for row in ("| pandas | 40.0 % |", "| sim/model/b.py | 30.0 % |", "| (imports) | 20.0 % |",
+                "| (python: one-file modules, frozen, builtins) | 10.0 % |"):  # fmt: skip
+        assert row in r.stdout, r.stdout
