@@ -196,7 +196,8 @@ def replay_steps(observed: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["run", "policy", "step"] if "run" in observed.columns else ["policy", "step"]
     # Only the columns read below: the others (request ids, rows, ...) would be copied by the
-    # filter and taken by the groupby for nothing, a third of compare's time on large tables.
+    # filter and taken by the groupby for nothing (the held-out replays' 1.9 M reads: 0.72-1.02
+    # s -> 0.54-0.63 s, side by side in one process).
     used = [c for c in observed.columns if c in STEP_COLUMNS or c in keys]
     df = observed.loc[(observed["land_predicted_ns"] >= 0) & ~observed["land_during_op"], used]
     first = df.groupby(keys, sort=True).first()
