@@ -124,7 +124,7 @@ def arm_runs(tmp_path_factory) -> Iterator[dict[str, Future[RunResult]]]:
 
     Each subprocess spends most of its 10 s importing torch and vLLM on one core; the suite
     runs serially, so started together they use the machine's other cores (on 2 cores:
-    about 47 s one after another against 25 s). Each test waits for its own arm."""
+    46 s one after another against 28 s for the file). Each test waits for its own arm."""
     work = tmp_path_factory.mktemp("arms")
     with ThreadPoolExecutor(max_workers=len(ARMS) + 1) as pool:
         probe = pool.submit(_probe)
