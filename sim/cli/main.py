@@ -307,16 +307,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         shown.append(("prediction_agreement", "", prediction_agreement(observed)))
     if args.req_id:
         shown.append(("by_landing", "", by_landing(observed, args.req_id, args.step)))
-    from sim.hardware.compare import close_calls, landing_timing
+    from sim.hardware.compare import close_calls, landing_timing, replay_steps
 
+    steps = replay_steps(observed)  # once for the three tables below
     for name, heading, frame in (
         ("landing_timing", "\nlanding and op-placement error (µs), by policy",
-         landing_timing(observed)),
+         landing_timing(observed, steps=steps)),
         ("landing_timing_by_type",
          "\nlanding and op-placement error (µs), by where the model lands the counts",
-         landing_timing(observed, by="type")),
+         landing_timing(observed, by="type", steps=steps)),
         ("close_calls", "\nthe model's verdict on the hardware: close calls (margin <= 100 µs),"
-         " margins > 25 µs, and what flipped each missed close call", close_calls(observed)),
+         " margins > 25 µs, and what flipped each missed close call",
+         close_calls(observed, steps)),
     ):  # fmt: skip
         if not frame.empty:
             shown.append((name, heading, frame))

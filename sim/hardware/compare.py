@@ -224,7 +224,9 @@ def replay_steps(observed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def landing_timing(observed: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
+def landing_timing(
+    observed: pd.DataFrame, by: str = "policy", steps: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """How far the hardware's landing and row-op stores were from where the replay put them.
 
     One row per policy, over steps whose landing the replay aimed (a policy that waits before
@@ -232,8 +234,9 @@ def landing_timing(observed: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
     (median, p95, max of |error|, in µs), the sighting's own uncertainty (the gap to the poll
     before it), and the op-placement error (|store time - scheduled time|, the step's worst op).
     Replays without these columns (recorded before they existed) give an empty table.
+    ``steps``: :func:`replay_steps` of ``observed``, where the caller has it already.
     """
-    steps = replay_steps(observed)
+    steps = replay_steps(observed) if steps is None else steps
     if steps.empty or (by != "policy" and by not in steps.columns):
         return pd.DataFrame()
     aimed = steps[steps["land_err_ns"].notna()]
@@ -280,12 +283,12 @@ def attribute(land_err_ns: float, bracket_ns: float, op_err_ns: float, margin_ns
     return "both" if land + op_err_ns >= margin_ns else "neither"
 
 
-def close_calls(observed: pd.DataFrame) -> pd.DataFrame:
+def close_calls(observed: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per policy and over all: how often the hardware gave the model's verdict on close calls
     (margin <= 100 µs) and on steps with margin > 25 µs, each as a count, a rate and its 95 %
     Wilson interval, and every close call it did not give attributed to the landing error, the
     op-placement error, both, or neither. Empty for a replay without the model's verdicts."""
-    steps = replay_steps(observed)
+    steps = replay_steps(observed) if steps is None else steps
     if steps.empty or "same_verdict" not in steps.columns:
         return pd.DataFrame()
     # A step is at stake where the policy reads the buffer and some event's order against the
