@@ -370,7 +370,7 @@ class Checker:
         assert self.part is not None
         self.part = part = Part()
         runs, nodes, verified = self.runs, self.nodes, self.verified
-        self._expand(*task.args(self.async_policies))
+        self._expand(*task.args(self._policies(task.root)))
         part.runs, part.nodes = self.runs - runs, self.nodes - nodes
         part.verified = self.verified - verified
         return part

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.explore.check.space import Req, Root, _Run
-from sim.model.policies import SYNC_SCHEDULING, Policy
+from sim.model.policies import Policy
 from sim.model.schedule import StepRecord
 
 
@@ -26,9 +26,8 @@ class Task:
     cap_len: int
     run: _Run
 
-    def args(self, async_policies: list[Policy]) -> tuple:
+    def args(self, pols: list[Policy]) -> tuple:
         """``_expand``'s arguments, with the root's policies (an explorer's own objects)."""
-        pols = async_policies if self.root.async_scheduling else [SYNC_SCHEDULING]
         return (self.root, pols, self.reqs, self.cap_iv, self.records, self.frontiers,
                 self.out_lens, self.cap_len, self.run)  # fmt: skip
 
