@@ -444,3 +444,11 @@ def test_compare_refuses_a_replay_table_with_an_optional_column_garbled(
     code, err = run_cli(["compare", str(path)])
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {path}: not a whole replay table") and column in err, err
+
+
+def test_every_optional_replay_column_compare_reads_has_a_kind() -> None:
+    """compare reads TIMING_COLUMNS and VERDICT_COLUMNS where a table has them: each must be
+    in OPTIONAL, whose kinds read_observed checks (else an edited one reaches numpy)."""
+    from sim.hardware.compare import OPTIONAL, TIMING_COLUMNS, VERDICT_COLUMNS
+
+    assert {*TIMING_COLUMNS, *VERDICT_COLUMNS} <= set(OPTIONAL)

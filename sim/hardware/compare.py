@@ -169,9 +169,8 @@ def by_landing(observed: pd.DataFrame, req_id: str, step: int) -> pd.DataFrame:
 
 TIMING_COLUMNS = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_err_max_ns")
 VERDICT_COLUMNS = ("land_predicted_pos", "land_margin_ns", "sim_cpu_value", "sim_landed")
-# What replay_steps reads of a replay table.
-STEP_COLUMNS = {*TIMING_COLUMNS, *VERDICT_COLUMNS, "read_err_ns", "op_errs_ns", "n_ops",
-                "reads_buffer", "cpu_observed", "land_pos"}  # fmt: skip
+# What replay_steps reads of a replay table (TIMING_ and VERDICT_COLUMNS are optional ones).
+STEP_COLUMNS = {*OPTIONAL, "op_errs_ns", "n_ops", "reads_buffer", "cpu_observed", "land_pos"}
 CLOSE_CALL_US = 100  # a step whose landing the model puts this close to an op or the read
 WIDE_US = 25  # beyond this margin the replay's own errors must never flip a verdict
 
