@@ -206,6 +206,13 @@ def test_fuzz_table_is_the_committed_campaign() -> None:
     text = (ROOT / "data/fuzz/campaign.md").read_text()
     table = "\n".join(line for line in text.splitlines() if line.startswith("|"))
     assert table.count("\n") >= 8 and table in README
+    # the longer campaign on two surfaces: its total, clean, as the README says it
+    longer = (ROOT / "data/fuzz/campaign-run-dirs-sweeps.md").read_text()
+    cells = next(ln for ln in longer.splitlines() if ln.startswith("| **all**")).split("|")[2:-1]
+    tried, _valid, _clean, *bad = (int(c.strip().replace(",", "")) for c in cells)
+    assert bad == [0] * 5 and tried > 0
+    flat = " ".join(README.split())
+    assert f"The same {tried:,} cases on those two surfaces afterwards: clean" in flat
 
 
 def test_speed_figures_are_the_committed_timings() -> None:
@@ -228,6 +235,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
     gain = (
         1 - conf[conf["workers"] == 2]["wall_s"].min() / conf[conf["workers"] == 1]["wall_s"].max()
     )
+    fuzz = mt[mt["part"].str.startswith("fuzz: the fixed cases")]["wall_s"].item()
     ci = mt[mt["part"].str.startswith("bash .ci/run in CI")]["wall_s"].item()
     fresh = mt[mt["part"].str.startswith("bash .ci/run (a fresh clone")]["wall_s"].item()
     for text in (
@@ -238,6 +246,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
         f"subprocesses run at once ({conf_serial.min():.0f}-{conf_serial.max():.0f} s before)",
         f"for a {100 * gain:.0f} % gain",
         f"took 20 minutes in CI ({ci:,.0f} s)",
+        f"fixed cases per surface ({fuzz:.0f} s on one core here)",
         f"here a fresh clone's took {fresh:.0f} s",
     ):
         assert text in flat, text
