@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from dataclasses import replace
@@ -122,16 +123,35 @@ def small(values: str = "3000000,9000000", seeds: int = 2) -> SweepSpec:
     )
 
 
-def test_same_bytes_serial_or_two_workers_in_any_order(tmp_path: Path) -> None:
-    pytest.importorskip("distributed")
+def test_same_bytes_serial_or_two_processes_in_any_order(tmp_path: Path) -> None:
     run_sweep(small(), tmp_path / "serial", log=lambda m: None)
-    run_sweep(small(), tmp_path / "dask", log=lambda m: None, workers=2)
-    # Half serially, the rest on Dask: a resumed sweep in another order.
+    run_sweep(small(), tmp_path / "pool", log=lambda m: None, workers=2)
+    # Half serially, the rest on the pool: a resumed sweep in another order.
     run_sweep(small("9000000"), tmp_path / "mixed", log=lambda m: None)
     run_sweep(small(), tmp_path / "mixed", log=lambda m: None, workers=2)
     ref = (tmp_path / "serial" / "sweep.parquet").read_bytes()
-    assert (tmp_path / "dask" / "sweep.parquet").read_bytes() == ref
+    assert (tmp_path / "pool" / "sweep.parquet").read_bytes() == ref
     assert (tmp_path / "mixed" / "sweep.parquet").read_bytes() == ref
+    # One file per unit: the pool ran two (one per seed), each in a worker process.
+    assert len(list((tmp_path / "pool" / "points").glob("*.jsonl"))) == 2
+
+
+def test_same_bytes_on_a_dask_cluster_at_its_address_or_started_here(tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    run_sweep(small(), tmp_path / "serial", log=lambda m: None)
+    run_sweep(small(), tmp_path / "local", log=lambda m: None, workers=2, executor="dask")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster:  # fmt: skip
+        run_sweep(small(), tmp_path / "remote", log=lambda m: None,
+                  scheduler=cluster.scheduler_address)  # fmt: skip
+    ref = (tmp_path / "serial" / "sweep.parquet").read_bytes()
+    assert (tmp_path / "local" / "sweep.parquet").read_bytes() == ref
+    assert (tmp_path / "remote" / "sweep.parquet").read_bytes() == ref
+    with pytest.raises(SpecraceError, match="executor 'ray': expected processes or dask"):
+        run_sweep(small(), tmp_path / "x", log=lambda m: None, workers=2, executor="ray")
+    assert not (tmp_path / "x").exists()
 
 
 def test_extending_a_sweep_keeps_finished_points(tmp_path: Path) -> None:
@@ -248,13 +268,30 @@ def test_sweep_cli_engine_flag(tmp_path: Path) -> None:
     assert r.stderr.count("\n") == 1
 
 
-def test_auto_workers_runs_serially_where_a_cluster_does_not_pay() -> None:
-    from sim.explore.sweep import AUTO_MIN_CORES, auto_workers
+def test_auto_workers_runs_serially_where_processes_do_not_pay() -> None:
+    from sim.explore.sweep import AUTO_MIN_S, auto_workers, schedule_keys, serial_estimate_s
 
-    assert auto_workers(100, cores=2) == 1  # this machine: never slower than serial
-    assert auto_workers(3, cores=16) == 1  # fewer points than cores
-    assert auto_workers(100, cores=16) == 16
-    assert auto_workers(AUTO_MIN_CORES, cores=AUTO_MIN_CORES) == AUTO_MIN_CORES
+    assert auto_workers(100, AUTO_MIN_S / 3, cores=2) == 1  # too little work: never slower
+    assert auto_workers(100, 60.0, cores=2) == 2
+    assert auto_workers(3, 60.0, cores=16) == 3  # one process per point at most
+    assert auto_workers(1, 60.0, cores=16) == 1
+    assert auto_workers(100, 60.0, cores=1) == 1
+    base = load_scenario("qwen35-mtp3")
+
+    def estimate(sweep: SweepSpec) -> float:
+        todo = [(p, list(sweep.policies)) for p in sweep.points()]
+        return serial_estimate_s(todo, schedule_keys(base, todo), sweep.steps, sweep.engine)
+
+    # The README's sweep (2 schedules x 300 steps, 2 policies, 12 point-policies; 1.6 s end
+    # to end, imports included) runs serially; 16 schedules x 10,000 steps does not.
+    readme = replace(spec("3000000,6000000,9000000"), steps=300)
+    assert estimate(readme) < AUTO_MIN_S
+    assert estimate(SweepSpec("qwen35-mtp3", ("synced-gather",), (), 625, 16, 10_000)) > 30
+    # A schedule and its policies' calls are what a point costs first: twice the seeds, about
+    # twice the estimate; the SimPy tier costs more than the vector tier for the same points.
+    two = estimate(replace(readme, seeds=4))
+    assert 1.9 < two / estimate(readme) < 2.1
+    assert estimate(replace(readme, engine="simpy")) > 1.5 * estimate(readme)
 
 
 def test_work_units_cut_a_schedules_points_only_as_far_as_the_workers_need() -> None:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from sim.errors import SpecraceError
@@ -127,7 +126,7 @@ def save_figure(fig, path: Path, fmt: str) -> None:
 
 # -- sweep ------------------------------------------------------------------------------------
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.explore.sweep import AUTO_MIN_CORES, SweepSpec, parse_vary, run_sweep, terminal_log
+    from sim.explore.sweep import SweepSpec, parse_vary, run_sweep, terminal_log
     from sim.model.params import load_scenario
 
     policies = tuple(p.name for p in select(args.policy))
@@ -145,18 +144,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         args.engine,
     )  # fmt: skip
     check_sweep(spec, load_scenario(args.scenario), Path(args.out))
-    workers = args.workers
-    if workers != 1 and not args.scheduler:
-        import importlib.util
-
-        # Whether Dask is there, without importing it (about 0.7 s, more than a small sweep
-        # takes): the sweep imports it only if it starts a cluster.
-        if importlib.util.find_spec("distributed") is None:
-            if workers > 1 or (os.cpu_count() or 1) >= AUTO_MIN_CORES:  # else serial anyway
-                print("note: Dask is not installed (pip install 'specrace[dask]'): serial")
-            workers = 1
     df = run_sweep(
-        spec, Path(args.out), log=terminal_log(args.quiet), workers=workers,
+        spec, Path(args.out), log=terminal_log(args.quiet), workers=args.workers,
         scheduler=args.scheduler or "",
     )  # fmt: skip
     print(f"wrote {Path(args.out) / 'sweep.parquet'} ({len(df)} rows)")
@@ -326,11 +315,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a new directory, or a sweep to resume/extend")  # fmt: skip
     w.add_argument(
         "--workers", type=int_in(0, 4096, "0..4096"), default=0,
-        help="Dask LocalCluster processes (0: one per core where that pays, from 4 cores "
-        "and as many points, else serial; 1: serial in this process)"
+        help="local worker processes (0: one per core where that pays, about 3 s of work "
+        "or more, else serial; 1: serial in this process)"
     )  # fmt: skip
     w.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                   help="an existing Dask cluster: [tcp://]HOST:PORT")  # fmt: skip
+                   help="run on an existing Dask cluster instead: [tcp://]HOST:PORT")  # fmt: skip
     w.add_argument("--quiet", action="store_true", help="no progress bar")
     w.add_argument("--engine", choices=("vector", "simpy"), default="vector",
                    help="timing tier: vector (NumPy, all points of a schedule at once) or "

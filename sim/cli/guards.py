@@ -16,8 +16,6 @@ from sim.runs.limits import guard_resources
 if TYPE_CHECKING:
     from sim.explore.sweep import SweepSpec
 
-# A 100-point sweep of 2,000-step runs under the 9 policies took 138 s serial (README, Speed).
-POLICY_POINT_STEPS_PER_S = 13_000
 SWEEP_CPU_S_MAX = 30 * 86_400
 GRID_CHECKED_MAX = 5_000  # grid combinations validated one by one (beyond: each value alone)
 
@@ -28,15 +26,16 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
     directory. Stale temporaries of a killed sweep are removed (resume)."""
     import math
 
+    from sim.explore.sweep import SIMPY_POINT_STEPS_PER_S as rate
     from sim.model.params import with_overrides
 
     settings = spec.swarm or math.prod(len(v) for _k, v in spec.vary)
     n_points = settings * spec.seeds
-    cpu_s = n_points * spec.steps * len(spec.policies) / POLICY_POINT_STEPS_PER_S
+    cpu_s = n_points * spec.steps * len(spec.policies) / rate
     if cpu_s > SWEEP_CPU_S_MAX:
         raise SpecraceError(
             f"the sweep has {n_points:,} points x {spec.steps:,} steps x {len(spec.policies)} "
-            f"policies: about {cpu_s / 86_400:,.0f} CPU days at {POLICY_POINT_STEPS_PER_S:,} "
+            f"policies: about {cpu_s / 86_400:,.0f} CPU days at {rate:,} "
             "policy-point-steps/s; sweep fewer points or steps"
         )
 

@@ -514,8 +514,8 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     b.add_argument("--long-steps", type=int_in(0, 10**7, "0..10^7"), default=20_000,
                    help="steps of the peak-memory runs (0: skip)")  # fmt: skip
     b.add_argument("--sweep", type=int_in(0, 10**6, "0..10^6"), default=0, metavar="POINTS",
-                   help="instead: a sweep of POINTS points (vector tier on 1 and 2 Dask "
-                   "workers, SimPy tier on 1)")  # fmt: skip
+                   help="instead: a sweep of POINTS points (vector tier on 1 and 2 worker "
+                   "processes, SimPy tier on 1)")  # fmt: skip
     b.add_argument("--waits", action="store_true",
                    help="instead: the commands a person waits for (check, risk, a streamed "
                    "run, the README sweep), end to end, in units of a pure-Python loop timed "

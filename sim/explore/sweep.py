@@ -11,8 +11,12 @@ where it stopped, and a spec that only adds grid values, seeds, swarm sets or po
 the one on disk extends it. Any other change (scenario, steps, a removed value) is refused
 rather than mixed.
 
-Points run serially in this process or in parallel on a Dask distributed cluster (a
-``LocalCluster`` of ``workers`` processes, or an existing scheduler's address).
+Points run serially in this process, on a pool of local worker processes started from a
+fork server that has imported the simulator (:mod:`sim.runs.processes`: a worker is ready in
+milliseconds), or on a Dask distributed cluster: an existing scheduler's address, or a
+``LocalCluster`` that :func:`run_sweep` starts when asked (``executor="dask"``). On one
+machine the pool is the default: a LocalCluster's start (about 3 s for 16 workers) and its
+scheduler process buy nothing that CPU-bound units of pure Python need.
 
 Schedules built once: :func:`run_points` groups points by what their schedule depends on
 (the scenario's engine and workload sections, and the seed; a timing setting never changes
@@ -48,6 +52,7 @@ from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
 from sim.model.verdict import HAZARD_KINDS
+from sim.runs import processes
 from sim.runs.io import read_json, write_json
 from sim.runs.outputs import check_path, claim_dir, prepare_dir
 from sim.runs.run import run_policy, write_parquet
@@ -226,14 +231,19 @@ def _row(base: Scenario, point: dict[str, Any], scenario: Scenario, summary: dic
 
 
 def chunks(
-    base: Scenario, todo: list[tuple[dict[str, Any], list[str]]], parts: int = 1
+    base: Scenario,
+    todo: list[tuple[dict[str, Any], list[str]]],
+    parts: int = 1,
+    keys: list[str] | None = None,
 ) -> list[list[tuple[dict[str, Any], list[str]]]]:
     """``todo`` cut into work units: points of one schedule together, at most
     :data:`CHUNK_POINTS` each, and cut further only as far as ``parts`` (the workers) need to
     all be busy: a schedule's points over ``ceil(parts / schedules)`` units, since every unit
-    builds its schedule again (with as many schedules as workers, one unit each)."""
+    builds its schedule again (with as many schedules as workers, one unit each). ``keys``:
+    :func:`schedule_keys` of ``todo`` if the caller has them."""
     groups: dict[str, list[tuple[dict[str, Any], list[str]]]] = {}
-    for item, key in zip(todo, schedule_keys(base, todo), strict=True):
+    keys = schedule_keys(base, todo) if keys is None else keys
+    for item, key in zip(todo, keys, strict=True):
         groups.setdefault(key, []).append(item)
     per_group = -(-max(parts, 1) // max(len(groups), 1))
     out = []
@@ -246,9 +256,14 @@ def chunks(
 def _task(
     scenario: str, todo: list[tuple[dict[str, Any], list[str]]], steps: int, engine: str
 ) -> list[list[dict]]:
-    """What a Dask worker runs: plain arguments in, plain rows out (no file I/O there, so a
-    remote cluster needs no shared disk)."""
+    """What a worker runs: plain arguments in, plain rows out (no file I/O there, so a remote
+    cluster needs no shared disk)."""
     return run_points(load_scenario(scenario), todo, steps, engine)
+
+
+def _unit(args: tuple[str, list[tuple[dict[str, Any], list[str]]], int, str]) -> list[list[dict]]:
+    """:func:`_task` of one packed unit (what the process pool maps)."""
+    return _task(*args)
 
 
 class Progress:
@@ -323,18 +338,26 @@ def _prepare(spec: SweepSpec, out: Path, log: Callable[[str], None]) -> None:
     write_json(spec_path, spec.to_json())
 
 
+EXECUTORS = ("processes", "dask")
+
+
 def run_sweep(
     spec: SweepSpec,
     out: Path,
     log: Callable[[str], None] = print,
     workers: int = 1,
     scheduler: str = "",
+    executor: str = EXECUTORS[0],
 ) -> pd.DataFrame:
     """Run every unfinished point of ``spec`` into ``out`` and return ``sweep.parquet``'s table.
 
-    ``workers`` 1 and no ``scheduler``: in this process. Otherwise on Dask: ``scheduler`` is
-    an existing cluster's address, else a LocalCluster of ``workers`` processes (0: as
-    :func:`auto_workers` chooses, serial where a cluster does not pay)."""
+    ``scheduler``: on that existing Dask cluster. Otherwise ``workers`` 1 runs in this process
+    and more on as many local processes: a pool started from a fork server
+    (``executor="processes"``) or a Dask LocalCluster (``"dask"``); 0 lets
+    :func:`auto_workers` choose from the work's estimate, serial where processes do not pay.
+    The bytes are the same whichever runs."""
+    if executor not in EXECUTORS:
+        raise SpecraceError(f"executor {executor!r}: expected {' or '.join(EXECUTORS)}")
     out = prepare_dir(out, "sweep", replace=False)
     client = None
     if scheduler:  # one line, before anything is written, if it cannot be reached
@@ -356,24 +379,28 @@ def run_sweep(
         skipped += len(spec.policies) - len(left)
         if left:
             todo.append((point, left))
+    base = load_scenario(spec.scenario)
+    keys = schedule_keys(base, todo)
     if workers == 0 and client is None:
-        workers = auto_workers(len(todo))
+        est = serial_estimate_s(todo, keys, spec.steps, spec.engine)
+        workers = auto_workers(len(todo), est)
         log(
-            f"{workers} Dask worker processes"
+            f"{workers} worker processes (about {est:.0f} s of work serially)"
             if workers > 1
-            else f"serial in this process ({os.cpu_count() or 1} cores, {len(todo)} points to run: "
-            f"a cluster pays from {AUTO_MIN_CORES} cores and as many points)"
+            else f"serial in this process ({os.cpu_count() or 1} cores, {len(todo)} points, "
+            f"about {est:.1f} s of work: processes pay from {AUTO_MIN_S:.0f} s)"
         )
     folder = out / "points"
     check_path(folder)  # once, not for each file
     folder.mkdir(parents=True, exist_ok=True)
     progress = Progress(len(todo), log)
     done = 0
-    results = (
-        _serial(spec, todo)
-        if workers == 1 and client is None
-        else _dask(spec, todo, workers, client)
-    )
+    if client is not None or (executor == "dask" and workers > 1):
+        results = _dask(spec, todo, workers, client)
+    elif workers > 1:
+        results = _processes(spec, chunks(base, todo, workers, keys), workers)
+    else:
+        results = _serial(spec, base, chunks(base, todo, 1, keys))
     for unit in results:  # a unit's rows in one file, then its points' progress lines
         write_unit(folder, [(point_id(point, name), row) for point, names, rows in unit
                             for name, row in zip(names, rows, strict=True)])  # fmt: skip
@@ -384,27 +411,62 @@ def run_sweep(
     return collect(out, spec)
 
 
-AUTO_MIN_CORES = 4  # below this a LocalCluster's scheduler and workers crowd out the work
+# What a sweep costs serially, for ``--workers 0``'s choice (measured on this 2-core machine
+# with qwen35-mtp3's 64 rows; a rough figure is enough to tell a 1-second sweep from a
+# 1-minute one): building a schedule, per step; the vector tier's per-step constant for each
+# (schedule, policy) call of several points (one point takes a path of its own, about a third
+# of it) and its rate over the points of a call; the SimPy tier's rate (a 100-point sweep of
+# 2,000-step runs under the 9 policies took 138 s serial: README, Speed), which `sweep`'s size
+# guard also assumes, and its constant per run.
+BUILD_S_PER_STEP = 2.0e-4
+VECTOR_S_PER_STEP = 4.5e-4
+VECTOR_POINT_STEPS_PER_S = 3e6
+SIMPY_POINT_STEPS_PER_S = 13_000
+SIMPY_S_PER_RUN = 0.07
 
 
-def auto_workers(units: int, cores: int | None = None) -> int:
-    """``--workers 0``: how many processes a sweep of ``units`` points to run gets. Serial (1)
-    on fewer than :data:`AUTO_MIN_CORES` cores or with fewer points than cores: there a
-    LocalCluster's start, its scheduler process and the split of a schedule's timing points
-    over workers (the vector tier runs a group's points in one call) cost more than they
-    save (the README's 12-point sweep: 69.6 s on Dask against 19.9 s serial, 2 cores).
-    Otherwise one process per core. The bytes are the same either way."""
-    n = cores if cores is not None else (os.cpu_count() or 1)
-    return n if n >= AUTO_MIN_CORES and units >= n else 1
+def serial_estimate_s(
+    todo: list[tuple[dict[str, Any], list[str]]], keys: list[str], steps: int, engine: str
+) -> float:
+    """Seconds ``todo`` takes in one process, roughly: each distinct schedule built once, then
+    each of its policies over its points."""
+    policies: dict[str, set[str]] = {}
+    point_policies = 0
+    for (_point, names), key in zip(todo, keys, strict=True):
+        policies.setdefault(key, set()).update(names)
+        point_policies += len(names)
+    s = len(policies) * steps * BUILD_S_PER_STEP
+    if engine == "vector":
+        calls = sum(len(v) for v in policies.values())  # (schedule, policy) calls
+        s += calls * steps * VECTOR_S_PER_STEP
+        return s + point_policies * steps / VECTOR_POINT_STEPS_PER_S
+    return s + point_policies * (SIMPY_S_PER_RUN + steps / SIMPY_POINT_STEPS_PER_S)
 
+
+def auto_workers(units: int, serial_s: float, cores: int | None = None) -> int:
+    """``--workers 0``: how many processes a sweep of ``units`` points and about ``serial_s``
+    seconds of work gets: one per core up to one per point, or 1 (this process) with one
+    core, one point, or less than :data:`AUTO_MIN_S` of work (the pool's fork server imports
+    the simulator first, about a second; the README's 12-point sweep takes under 2 s)."""
+    return processes.auto_workers(units, serial_s, cores)
+
+
+AUTO_MIN_S = processes.AUTO_MIN_S
 
 Unit = list[tuple[dict[str, Any], list[str], list[dict]]]  # (point, policies, rows) of a unit
 
 
-def _serial(spec: SweepSpec, todo: list) -> Iterator[Unit]:
-    base = load_scenario(spec.scenario)
-    for chunk in chunks(base, todo):
+def _serial(spec: SweepSpec, base: Scenario, units: list) -> Iterator[Unit]:
+    for chunk in units:
         rows = run_points(base, chunk, spec.steps, spec.engine)
+        yield [(point, names, r) for (point, names), r in zip(chunk, rows, strict=True)]
+
+
+def _processes(spec: SweepSpec, units: list, workers: int) -> Iterator[Unit]:
+    """On a pool of ``workers`` local processes, results in the units' order."""
+    packed = [(spec.scenario, unit, spec.steps, spec.engine) for unit in units]
+    results = processes.iter_units(_unit, packed, workers, preload=("sim.explore.sweep",))
+    for chunk, rows in zip(units, results, strict=True):
         yield [(point, names, r) for (point, names), r in zip(chunk, rows, strict=True)]
 
 
@@ -414,7 +476,8 @@ def _dask(spec: SweepSpec, todo: list, workers: int, client: Any) -> Iterator[Un
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise SpecraceError(
-            "parallel sweeps need Dask: pip install 'specrace[dask]' (or --workers 1)"
+            "a Dask cluster needs Dask: pip install 'specrace[dask]' (or --workers N: local "
+            "processes)"
         ) from None
     if not todo:
         if client is not None:

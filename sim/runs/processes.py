@@ -1,10 +1,10 @@
 """Independent work units over local processes, results in the units' order.
 
-For commands whose work splits into a few dozen CPU-bound units of a second or so (``risk``'s
-runs): :func:`map_units` runs them in this process or over a pool of worker processes and
-returns the results in the order of the units, so a caller that combines them in that order
-gets the same bytes whichever way they ran. Sweeps use Dask instead (``sim.explore.sweep``):
-they are resumable and can run on a remote cluster.
+For commands whose work splits into CPU-bound units of a second or more (``risk``'s runs, a
+sweep's schedules): :func:`map_units` runs them in this process or over a pool of worker
+processes and returns the results in the order of the units, so a caller that combines them
+in that order gets the same bytes whichever way they ran. A sweep goes to Dask only for a
+cluster at an address (``sweep --scheduler``: ``sim.explore.sweep``).
 
 Workers start from a fork server that has already imported what the units need
 (``preload``), so a worker is ready in milliseconds rather than the second an import of the
