@@ -1,18 +1,22 @@
-"""How a vector-tier sweep scales with Dask workers on one machine (issue #27's curve).
+"""How a vector-tier sweep scales over worker processes on one machine (issue #27's curve).
 
     python scripts/sweep_scaling.py --out data/bench/scaling [--workers 1,2,4,8,16]
-        [--seeds 16] [--points 10000] [--steps 1000,20000] [--tag NAME]
+        [--seeds 16] [--points 10000] [--steps 1000,20000] [--executors processes,dask]
+        [--tag NAME]
 
 For each step count, the same swarm sweep (``--points`` timing sets spread over ``--seeds``
-seeds: one schedule per seed, ``synced-gather``) runs once per worker count, end to end as a
-user runs it (``sim sweep --workers N``: N = 1 is serial in this process, more is a Dask
-LocalCluster whose start is included), each into a fresh folder. Every run's sweep.parquet
-must be the same bytes. Writes ``scaling.csv`` (one row per step count and worker count:
-wall seconds, speed-up and efficiency over N = 1, the parquet's sha256), ``scaling.json``
-(machine, versions, date, commit, the spec, the goal's verdict) and ``scaling.png``. Beside
-each parallel run, the time to start and close a LocalCluster of that size on its own, and
-the machine's ceiling: n pure-Python loops on n processes at once as a speed-up over one
-(``python_ceiling``).
+seeds: one schedule per seed, ``synced-gather``) runs once per worker count and executor,
+end to end as a user's command runs it: each in a fresh Python process (its imports
+included) calling ``run_sweep``, the function ``sim sweep`` calls, into a fresh folder.
+N = 1 is serial in that process; more is ``processes`` (the pool ``sim sweep --workers N``
+starts from a fork server, the default) or ``dask`` (a LocalCluster of N workers, started in
+the run). Every run's sweep.parquet must be the same bytes. Writes ``scaling.csv`` (one row
+per step count, executor and worker count: wall seconds, speed-up and efficiency over N = 1,
+the parquet's sha256), ``scaling.json`` (machine, versions, date, commit, the spec, the
+goal's verdict) and ``scaling.png``. Beside each parallel run, ``start_s``: the time to
+start that executor with N workers and close it, on its own, in a fresh process (the part of
+a parallel run that is not the work); and the machine's ceiling: n pure-Python loops on n
+processes at once as a speed-up over one (``python_ceiling``).
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpu_check.environment import cpu_model, environment  # noqa: E402
-from sim.explore.sweep import SweepSpec, run_sweep  # noqa: E402
 from sim.runs.io import atomic_write, atomic_write_text, write_json  # noqa: E402
 from sim.runs.run import versions  # noqa: E402
 
@@ -84,22 +87,51 @@ def ceiling(n: int, iterations: int = CEILING_ITERATIONS) -> float:
     return wall
 
 
-def _cluster_start_s(n: int) -> float:
-    """Wall seconds to start (and close) a LocalCluster of ``n`` workers as the sweep does:
-    the part of a parallel sweep's time that is not the work."""
-    import logging
-
+# A child's work: the sweep (or the executor's start alone) timed after the child's imports,
+# then its wall end to end; the child prints one JSON line.
+CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from sim.explore.sweep import SweepSpec, run_sweep
+a = json.loads(sys.argv[1])
+t1 = time.perf_counter()
+if a["start_only"] and a["executor"] == "dask":
+    import logging, tempfile
     from distributed import Client, LocalCluster
-
-    t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+    cluster = LocalCluster(n_workers=a["workers"], threads_per_worker=1, processes=True,
                            dashboard_address=None, silence_logs=logging.ERROR,
-                           local_directory=tempfile.gettempdir())  # fmt: skip
+                           local_directory=tempfile.gettempdir())
     client = Client(cluster)
-    client.wait_for_workers(n)
+    client.wait_for_workers(a["workers"])
     client.close()
     cluster.close()
-    return time.perf_counter() - t0
+elif a["start_only"]:
+    from sim.runs.processes import map_units
+    map_units(len, [[]] * a["workers"], a["workers"], preload=("sim.explore.sweep",))
+else:
+    spec = SweepSpec("qwen35-mtp3", (a["policy"],), (), a["per_seed"], a["seeds"], a["steps"])
+    run_sweep(spec, Path(a["out"]), log=lambda _m: None, workers=a["workers"],
+              executor=a["executor"])
+t2 = time.perf_counter()
+print(json.dumps({"after_imports_s": t2 - t1, "child_s": t2 - t0}))
+"""
+
+
+def _child(**kw: object) -> dict:
+    """Run :data:`CHILD` with ``kw``; its JSON line and the wall seen from here."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(kw)], capture_output=True,
+                       text=True, env=env, check=False)  # fmt: skip
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"error: a measured run failed ({kw}): {r.stderr.strip()[-400:]}")
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "wall_s": wall}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +141,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--points", type=int, default=10_000)
     ap.add_argument("--steps", default="1000,20000")
+    ap.add_argument("--executors", default="processes",
+                    help="comma-separated: processes (default), dask (LocalCluster)")  # fmt: skip
     ap.add_argument("--tag", default="", help="a name for the machine, kept in scaling.json")
     ap.add_argument("--ceiling-iterations", type=int, default=CEILING_ITERATIONS,
                     help="length of the pure-Python loop of the ceiling")  # fmt: skip
     a = ap.parse_args(argv)
     workers, steps_list = _ints(a.workers), _ints(a.steps)
+    executors = [e.strip() for e in a.executors.split(",") if e.strip()]
+    if not executors or not set(executors) <= {"processes", "dask"}:
+        raise SystemExit(f"error: --executors {a.executors!r}: expected processes and/or dask")
     if 1 not in workers:
         raise SystemExit("error: --workers must include 1 (the baseline)")
     if a.seeds < 1 or a.points < a.seeds:
@@ -127,46 +164,53 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pure-Python ceiling (speed-up of n loops on n processes): {ceilings}", flush=True)
     rows = []
     for steps in steps_list:
-        spec = SweepSpec("qwen35-mtp3", (POLICY,), (), per_seed, a.seeds, steps)
         base_s = None
-        for n in sorted(workers):
+        for executor, n in [("serial", 1)] + [(e, n) for e in executors for n in sorted(workers)
+                                               if n > 1]:  # fmt: skip
             folder = Path(tempfile.mkdtemp(prefix="specrace-scaling-"))
             try:
-                t0 = time.perf_counter()
-                run_sweep(spec, folder / "sweep", log=lambda _m: None, workers=n)
-                wall = time.perf_counter() - t0
+                wall = _child(out=str(folder / "sweep"), workers=n, steps=steps,
+                              executor="processes" if executor == "serial" else executor,
+                              per_seed=per_seed, seeds=a.seeds, policy=POLICY,
+                              start_only=False)["wall_s"]  # fmt: skip
                 digest = hashlib.sha256((folder / "sweep" / "sweep.parquet").read_bytes())
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-            start_s = _cluster_start_s(n) if n > 1 else 0.0
+            start_s = 0.0
+            if n > 1:
+                alone = _child(out="", workers=n, steps=0, executor=executor, per_seed=0,
+                               seeds=0, policy=POLICY, start_only=True)  # fmt: skip
+                start_s = alone["after_imports_s"]
             base_s = wall if n == 1 else base_s
             assert base_s is not None
-            rows.append({"steps": steps, "workers": n, "points": per_seed * a.seeds,
-                         "seeds": a.seeds, "wall_s": round(wall, 3),
-                         "cluster_start_s": round(start_s, 3),
+            rows.append({"steps": steps, "executor": executor, "workers": n,
+                         "points": per_seed * a.seeds, "seeds": a.seeds,
+                         "wall_s": round(wall, 3), "start_s": round(start_s, 3),
                          "speedup": round(base_s / wall, 3),
                          "python_ceiling": ceilings[n],
                          "efficiency": round(base_s / wall / n, 3),
                          "sha256": digest.hexdigest()})  # fmt: skip
-            print(f"steps={steps} workers={n}: {wall:.1f} s, speed-up {base_s / wall:.2f}",
-                  flush=True)  # fmt: skip
+            print(f"steps={steps} {executor} workers={n}: {wall:.1f} s, speed-up "
+                  f"{base_s / wall:.2f} (start alone {start_s:.2f} s)", flush=True)  # fmt: skip
     same = all(len({r["sha256"] for r in rows if r["steps"] == s}) == 1 for s in steps_list)
     top = max(workers)
-    verdict = {
-        str(s): next(r["efficiency"] for r in rows if r["steps"] == s and r["workers"] == top)
-        >= GOAL
+    verdict = {  # the default executor's
+        str(s): next(r["efficiency"] for r in rows if r["steps"] == s and r["workers"] == top
+                     and r["executor"] in ("serial", executors[0])) >= GOAL
         for s in steps_list
-    }
+    }  # fmt: skip
     header = list(rows[0])
     csv = "\n".join([",".join(header)] + [",".join(str(r[h]) for h in header) for r in rows])
     atomic_write_text(out / "scaling.csv", csv + "\n")
     write_json(out / "scaling.json", {
-        "what": "sim sweep --swarm, vector tier, wall seconds end to end (LocalCluster start "
-                "included for workers > 1); speed-up over workers = 1 (serial, in process)",
+        "what": "sim sweep --swarm, vector tier, wall seconds end to end, each run a fresh "
+                "process (imports and the executor's start included); speed-up over "
+                "workers = 1 (serial in that process)",
         **environment("cpu"), "tag": a.tag, "cpu": cpu_model(), "cores": os.cpu_count(),
         "platform": platform.platform(), "versions": _versions(), "policy": POLICY,
         "seeds": a.seeds, "points": per_seed * a.seeds,
-        "steps": steps_list, "workers": sorted(workers), "same_bytes": same,
+        "steps": steps_list, "workers": sorted(workers), "executors": executors,
+        "same_bytes": same,
         "goal": f"speed-up >= {GOAL} x workers at {top} workers",
         "python_ceiling": {str(k): v for k, v in ceilings.items()},
         "goal_met_by_steps": verdict,
@@ -189,17 +233,21 @@ def _figure(path: Path, rows: list[dict], steps_list: list[int], workers: list[i
     first = [r for r in rows if r["steps"] == steps_list[0]]
     ax.plot([r["workers"] for r in first], [r["python_ceiling"] for r in first], color="k",
             lw=1.2, marker="x", label="ceiling: n pure-Python loops at once")  # fmt: skip
+    serial = {r["steps"]: r for r in rows if r["workers"] == 1}
     for steps in steps_list:
-        mine = [r for r in rows if r["steps"] == steps]
-        ax.plot([r["workers"] for r in mine], [r["speedup"] for r in mine], marker="o",
-                label=f"{mine[0]['points']:,} points x {steps:,} steps "
-                      f"(serial {mine[0]['wall_s']:.0f} s)")  # fmt: skip
+        for executor in dict.fromkeys(r["executor"] for r in rows if r["workers"] > 1):
+            mine = [serial[steps]] + [r for r in rows if r["steps"] == steps
+                                      and r["executor"] == executor]  # fmt: skip
+            ax.plot([r["workers"] for r in mine], [r["speedup"] for r in mine], marker="o",
+                    ls="-" if executor == "processes" else "--",
+                    label=f"{executor}: {mine[0]['points']:,} points x {steps:,} steps "
+                          f"(serial {mine[0]['wall_s']:.0f} s)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xticks(workers, [str(w) for w in workers])
     ax.set_yticks(workers, [str(w) for w in workers])
-    ax.set_xlabel("Dask worker processes (1: serial, in process)")
-    ax.set_ylabel("speed-up over serial (wall, cluster start included)")
+    ax.set_xlabel("worker processes (1: serial, in process)")
+    ax.set_ylabel("speed-up over serial (wall, start included)")
     ax.set_title(f"sim sweep, vector tier, on {os.cpu_count()} cores")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

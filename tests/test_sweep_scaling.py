@@ -19,21 +19,28 @@ def test_the_scaling_script_measures_every_count_on_the_same_bytes(tmp_path: Pat
     out = tmp_path / "scaling"
     r = subprocess.run(
         [sys.executable, "scripts/sweep_scaling.py", "--out", str(out), "--workers", "1,2",
-         "--seeds", "2", "--points", "4", "--steps", "12,20", "--ceiling-iterations", "10000"],
+         "--seeds", "2", "--points", "4", "--steps", "12", "--executors", "processes,dask",
+         "--ceiling-iterations", "10000"],
         cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader((out / "scaling.csv").open()))
-    assert [(r["steps"], r["workers"]) for r in rows] == [
-        ("12", "1"), ("12", "2"), ("20", "1"), ("20", "2")
+    assert [(r["executor"], r["workers"]) for r in rows] == [
+        ("serial", "1"), ("processes", "2"), ("dask", "2")
     ]  # fmt: skip
-    assert rows[0]["sha256"] == rows[1]["sha256"] != rows[2]["sha256"] == rows[3]["sha256"]
-    assert float(rows[0]["speedup"]) == 1.0 and float(rows[1]["cluster_start_s"]) > 0
+    assert len({r["sha256"] for r in rows}) == 1  # the same bytes on every executor
+    assert float(rows[0]["speedup"]) == 1.0 and float(rows[0]["start_s"]) == 0
+    assert all(float(r["start_s"]) > 0 and float(r["wall_s"]) > 0 for r in rows[1:])
     meta = json.loads((out / "scaling.json").read_text())
     assert meta["same_bytes"] is True and meta["cores"] >= 1 and meta["points"] == 4
+    assert meta["executors"] == ["processes", "dask"]
     assert set(meta["python_ceiling"]) == {"1", "2"} and meta["python_ceiling"]["1"] == 1.0
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = subprocess.run([sys.executable, "scripts/sweep_scaling.py", "--out", str(out),
                           "--workers", "2,4"], cwd=ROOT, capture_output=True, text=True,
                          timeout=limit_s(60))  # fmt: skip
     assert bad.returncode != 0 and "include 1" in bad.stderr
+    bad = subprocess.run([sys.executable, "scripts/sweep_scaling.py", "--out", str(out),
+                          "--executors", "ray"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=limit_s(60))  # fmt: skip
+    assert bad.returncode != 0 and "--executors 'ray'" in bad.stderr
