@@ -4,7 +4,7 @@ markdown tables of docs/perf.md: each function's share of the samples, with what
 made them).
 
     py-spy record -r 200 -f raw -o PROFILE.raw -- python -m sim ...
-    python scripts/profile_table.py PROFILE.raw [--top 20] [--skip 8]   # or PROFILE.raw.gz
+    python scripts/profile_table.py PROFILE.raw [--top 20] [--skip 8]   # or .raw.gz, .raw.xz
 
 ``--skip`` leaves out the first inclusive rows (the interpreter and CLI frames every sample
 has). ``--by-package`` gives instead each sample to where its deepest frame is: a package of
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import lzma
 import re
 import sys
 from collections import Counter
@@ -46,13 +47,18 @@ def _lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def read_profile(raw: Path) -> str:
+    """The profile's text: ``.gz`` and ``.xz`` (how the large ones are committed) unpacked."""
+    unpack = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(raw.suffix, bytes)
+    try:
+        return unpack(raw.read_bytes()).decode()
+    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as e:
+        raise SystemExit(f"error: {raw}: not a py-spy raw profile ({e})") from None
+
+
 def tables(raw: Path) -> tuple[int, Counter, Counter]:
     total, inclusive, own = 0, Counter(), Counter()
-    try:
-        data = raw.read_bytes()
-        text = (gzip.decompress(data) if raw.suffix == ".gz" else data).decode()
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise SystemExit(f"error: {raw}: not a py-spy raw profile ({e})") from None
+    text = read_profile(raw)
     for n_line, line in _lines(text):
         stack, sep, count = line.rpartition(" ")
         if not sep or not count.isdigit():
@@ -88,8 +94,7 @@ def package(frame: str) -> str:
 
 def by_package(raw: Path) -> tuple[int, Counter]:
     total, where = 0, Counter()
-    text = gzip.decompress(raw.read_bytes()) if raw.suffix == ".gz" else raw.read_bytes()
-    for _n, line in _lines(text.decode()):
+    for _n, line in _lines(read_profile(raw)):
         stack, _sep, count = line.rpartition(" ")
         frames = stack.split(";")
         total += int(count)

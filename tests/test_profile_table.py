@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import lzma
 import re
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "profile_table.py"
-PROFILES = sorted((ROOT / "data" / "bench" / "profiles").glob("*.raw.gz"))
+PROFILES = sorted((ROOT / "data" / "bench" / "profiles").glob("*.raw.[gx]z"))
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -19,11 +20,12 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_committed_profile_gives_its_table() -> None:
-    assert len(PROFILES) >= 2
+    assert len(PROFILES) >= 3 and {p.suffix for p in PROFILES} == {".gz", ".xz"}
     for path in PROFILES:
         r = run(path, "--top", "5", "--skip", "0")
         assert r.returncode == 0, r.stderr
-        text = gzip.decompress(path.read_bytes()).decode()  # (a -c command line may span lines)
+        unpack = gzip.decompress if path.suffix == ".gz" else lzma.decompress
+        text = unpack(path.read_bytes()).decode()  # (a -c command line may span lines)
         total = sum(int(n) for n in re.findall(r" (\d+)$", text, re.M))
         assert r.stdout.startswith(f"{total:,} samples")
         rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| `")]
@@ -46,9 +48,11 @@ def test_shares_are_of_every_sample_inclusive_and_self(tmp_path: Path) -> None:
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.raw.gz"
     bad.write_bytes(b"not gzip")
+    bad_xz = tmp_path / "bad.raw.xz"
+    bad_xz.write_bytes(b"not xz")
     text = tmp_path / "t.raw"
     text.write_text("no count here\n")
-    for path in (bad, text, tmp_path / "missing.raw"):
+    for path in (bad, bad_xz, text, tmp_path / "missing.raw"):
         r = run(path)
         assert (
             r.returncode != 0 and r.stderr.startswith("error: ") and len(r.stderr.splitlines()) == 1
