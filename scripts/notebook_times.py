@@ -1,5 +1,5 @@
-"""Wall seconds of each notebook run top to bottom in a real kernel (nbclient, as
-tests/test_notebooks.py runs it), and of its slowest cells; one JSON line per notebook.
+"""Wall seconds of each notebook run top to bottom in a real kernel (nbclient, with the client
+tests/test_notebooks.py uses), and of its slowest cells; one JSON line per notebook.
 
     python scripts/notebook_times.py > data/bench/waits/notebooks-DATE.jsonl
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
-import nbclient
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from notebook_client import NotebookClient  # noqa: E402  (tests/: the client the tests use)
 
 
 def main() -> None:
@@ -25,7 +27,7 @@ def main() -> None:
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         meta = {"metadata": {"path": str(path.parent)}}
-        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources=meta)
+        client = NotebookClient(nb, timeout=600, kernel_name="python3", resources=meta)
         t0 = time.perf_counter()
         cells = []
         with client.setup_kernel():

@@ -52,17 +52,19 @@ def _text(outputs: list) -> str:
 
 
 def _execute(path: Path):
-    """The executed notebook. A kernel that stops answering (seen twice on a loaded 2-core
-    machine: kernel and client both idle, no cell running; nbclient issue #312 reports cells
-    with ipywidgets that sometimes block) is started afresh once, after a cell's time limit:
-    what the slowest cell takes on the idle machine (3.5-4.1 s,
-    data/bench/waits/notebooks-2026-12-03.jsonl), with room and scaled by the load
-    (tests/load.py). An error in a cell is never retried: it fails the test at once."""
+    """The executed notebook, by a client that reads a reply it has been sent within half a
+    second even when its socket's wake-up is lost (tests/notebook_client.py: before, such a
+    reply waited out the cell's time limit, 60-180 s of the suite). A kernel that still does
+    not answer within a cell's time limit (what the slowest cell takes on the idle machine,
+    3.5-4.1 s, data/bench/waits/notebooks-2026-12-03.jsonl, with room and scaled by the load:
+    tests/load.py) or dies is started afresh once. An error in a cell is never retried: it
+    fails the test at once."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from notebook_client import NotebookClient
 
     for attempt in (1, 2):
         nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(
+        client = NotebookClient(
             nb, timeout=int(limit_s(20)), kernel_name="python3",
             resources={"metadata": {"path": str(path.parent)}},
         )  # fmt: skip
