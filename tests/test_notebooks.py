@@ -102,3 +102,42 @@ def test_notebook_runs_in_a_kernel(path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_every_notebook_has_expectations() -> None:
     assert NOTEBOOKS and {p.name for p in NOTEBOOKS} == set(EXPECT)
+
+
+def test_a_reply_left_unread_by_a_lost_wake_up_is_read_within_a_slice() -> None:
+    """The sliced wait (tests/notebook_client.py) over a channel whose poll, like pyzmq's after
+    a lost wake-up, sees nothing until its own timeout although the reply is there: the reply
+    comes back within about one slice, not at the whole wait's limit; with no reply the wait
+    still ends with ``Empty`` at its limit, and a wait with no limit keeps polling."""
+    import asyncio
+    import time
+    from queue import Empty
+
+    from notebook_client import SLICE_S, _sliced
+
+    class LostWakeUp:
+        """A reply is there from ``ready_at``; a poll sees it only when its timeout ends."""
+
+        def __init__(self, ready_at: float) -> None:
+            self.ready_at, self.polls = ready_at, 0
+
+        async def get_msg(self, timeout: float | None = None) -> dict:
+            self.polls += 1
+            await asyncio.sleep(timeout if timeout is not None else 3600)
+            if time.monotonic() >= self.ready_at:
+                return {"msg": "reply"}
+            raise Empty
+
+    t0 = time.monotonic()
+    ch = LostWakeUp(t0 + 0.2)
+    assert asyncio.run(_sliced(ch.get_msg)(timeout=30)) == {"msg": "reply"}
+    assert time.monotonic() - t0 < 0.2 + 2 * SLICE_S and ch.polls >= 1
+    t0 = time.monotonic()
+    never = LostWakeUp(float("inf"))
+    with pytest.raises(Empty):
+        asyncio.run(_sliced(never.get_msg)(timeout=1.2))
+    assert 1.2 <= time.monotonic() - t0 < 1.2 + SLICE_S and never.polls >= 3
+    t0 = time.monotonic()
+    later = LostWakeUp(t0 + 1.1)
+    assert asyncio.run(_sliced(later.get_msg)(timeout=None)) == {"msg": "reply"}
+    assert later.polls >= 3
