@@ -275,3 +275,39 @@ def test_speed_figures_are_the_committed_timings() -> None:
             f"{bench['risk (defaults), --workers 1']:.1f} s on one process and "
             f"{bench['risk (defaults)']:.1f} s on the default two, a 20,000-step `run --stream` "
             f"{bench['run --stream, 20,000 steps']:.1f} s") in flat  # fmt: skip
+
+
+def test_sweep_scaling_figures_are_the_committed_runs() -> None:
+    """The README's 16-core sweep figures are data/bench/scaling's rows, as it writes them."""
+    import pandas as pd
+
+    flat = " ".join(README.split())
+    runs = ROOT / "data" / "bench" / "scaling"
+
+    def row(run: str, workers: int = 16) -> pd.Series:
+        t = pd.read_csv(runs / run / "scaling.csv")
+        return t[t["workers"] == workers].iloc[-1]
+
+    pool, pool_20k = row("e800637"), row("e800637-20k")
+    assert pool["executor"] == pool_20k["executor"] == "processes"
+    ceilings = [json.loads((runs / r / "scaling.json").read_text())["python_ceiling"]["16"]
+                for r in ("dbabeef", "e800637", "e800637-20k")]  # fmt: skip
+    dask = [row(r)["speedup"] for r in ("dbabeef", "a6297f7")]
+    assert (f"runs {pool['speedup']:.1f}× as fast on 16 worker processes as serially "
+            f"({pool_20k['speedup']:.1f}× at 20,000 steps)") in flat  # fmt: skip
+    assert f"ran {min(ceilings):.1f}–{max(ceilings):.1f}× as fast as one there in three" in flat
+    assert max(ceilings) < 0.7 * 16  # "beyond what it gives"
+    assert f"gave {min(dask):.1f}–{max(dask):.1f}×" in flat
+    start = row("dbabeef")["cluster_start_s"]
+    assert f"the cluster took {start:.1f} s to start, the pool {pool['start_s']:.1f} s" in flat
+    lines = (ROOT / "data/bench/waits/bench-sweep-2026-12-03.jsonl").read_text().splitlines()
+    bench = [json.loads(line) for line in lines]
+
+    def span(engine: str, workers: int, fmt: str) -> str:
+        walls = [r["wall_s"] for r in bench if (r["engine"], r["workers"]) == (engine, workers)]
+        assert len(walls) == 2  # "two runs"
+        return f"{min(walls):{fmt}}–{max(walls):{fmt}}"
+
+    assert (f"{span('vector', 1, '.1f')} s on the vector tier in this process, "
+            f"{span('vector', 2, '.1f')} s on 2 worker processes") in flat  # fmt: skip
+    assert f"{span('simpy', 1, '.0f')} s on the SimPy tier" in flat
