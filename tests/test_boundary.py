@@ -265,11 +265,20 @@ def test_ctrl_c_of_a_real_sim_process(tmp_path: Path) -> None:
     the output's temporary), not after a fixed sleep: on a loaded machine the interpreter may
     still be importing after any fixed time. The wait after it is scaled (tests/load.py). The
     line comes once the schedule is built (3 s here for 20,000 steps); the run after it takes
-    seconds more, and the signal follows the line within milliseconds."""
+    seconds more, and the signal follows the line within milliseconds.
+
+    The child starts with SIGINT at its default, as a terminal's foreground command has it: a
+    suite started as a shell's background job (``make test &``) inherits SIGINT ignored, and so
+    would every process it starts, which then runs to its end (exit 0) whatever it is sent."""
     out = tmp_path / "o"
+
+    def default_sigint() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     p = subprocess.Popen([sys.executable, "-m", "sim", "run", "--scenario", "qwen35-mtp3",
                           "--steps", "20000", "--out", str(out)], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=default_sigint)  # fmt: skip
     assert p.stdout is not None
     assert p.stdout.readline().startswith("SEED="), p.stderr
     p.send_signal(signal.SIGINT)
