@@ -236,16 +236,16 @@ def test_speed_figures_are_the_committed_timings() -> None:
         1 - conf[conf["workers"] == 2]["wall_s"].min() / conf[conf["workers"] == 1]["wall_s"].max()
     )
     fuzz = mt[mt["part"].str.startswith("fuzz: the fixed cases")]["wall_s"].item()
-    ci = mt[mt["part"].str.startswith("bash .ci/run in CI")]["wall_s"].item()
+    ci_runs = mt[mt["part"].str.startswith("bash .ci/run in CI")]["wall_s"]
+    ci, ci_before = ci_runs.iloc[-1], ci_runs.iloc[0]
     fresh = mt[mt["part"].str.startswith("bash .ci/run (a fresh clone")]["wall_s"].item()
     for text in (
-        f"{on_two.min():.0f}-{on_two.max():.0f} s on this machine's 2 cores in "
-        f"{['', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight'][len(on_two)]} runs",
+        f"{on_two.min():.0f}-{on_two.max():.0f} s on this machine's 2 cores in {len(on_two)} runs",
         f"against {serial.item():.0f} s on one",
         f"runs serially, {conf_now.min():.0f}-{conf_now.max():.0f} s since its upstream-test "
         f"subprocesses run at once ({conf_serial.min():.0f}-{conf_serial.max():.0f} s before)",
         f"for a {100 * gain:.0f} % gain",
-        f"took 20 minutes in CI ({ci:,.0f} s)",
+        f"took {ci / 60:.0f} minutes in CI ({ci:,.0f} s; {ci_before:,.0f} s on one worker before)",
         f"fixed cases per surface ({fuzz:.0f} s on one core here)",
         f"here a fresh clone's took {fresh:.0f} s",
     ):
