@@ -136,6 +136,30 @@ def test_same_bytes_serial_or_two_processes_in_any_order(tmp_path: Path) -> None
     assert len(list((tmp_path / "pool" / "points").glob("*.jsonl"))) == 2
 
 
+def test_local_workers_are_at_most_the_cores(tmp_path: Path, monkeypatch) -> None:
+    """Processes beyond the cores buy nothing for CPU-bound units and cost a schedule built
+    again per unit: ``--workers 64`` on 2 cores runs 2 processes, and says so."""
+    import sim.explore.sweep as sweep_mod
+
+    monkeypatch.setattr(sweep_mod.os, "cpu_count", lambda: 2)
+    seen: list[int] = []
+    real = sweep_mod._processes
+
+    def spy(spec: SweepSpec, units: list, workers: int):
+        seen.append(workers)
+        assert len(units) == 2  # cut for 2 workers, one per schedule (seed)
+        return real(spec, units, workers)
+
+    monkeypatch.setattr(sweep_mod, "_processes", spy)
+    lines: list[str] = []
+    run_sweep(small(), tmp_path / "s", log=lines.append, workers=64)
+    assert seen == [2] and "--workers 64 on 2 cores: 2 processes" in lines
+    run_sweep(small(), tmp_path / "ref", log=lambda m: None)
+    assert (tmp_path / "s" / "sweep.parquet").read_bytes() == (
+        tmp_path / "ref" / "sweep.parquet"
+    ).read_bytes()
+
+
 def test_same_bytes_on_a_dask_cluster_at_its_address_or_started_here(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     from distributed import LocalCluster

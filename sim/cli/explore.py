@@ -315,8 +315,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a new directory, or a sweep to resume/extend")  # fmt: skip
     w.add_argument(
         "--workers", type=int_in(0, 4096, "0..4096"), default=0,
-        help="local worker processes (0: one per core where that pays, about 3 s of work "
-        "or more, else serial; 1: serial in this process)"
+        help="local worker processes, at most one per core (0: one per core where that "
+        "pays, about 3 s of work or more, else serial; 1: serial in this process)"
     )  # fmt: skip
     w.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run on an existing Dask cluster instead: [tcp://]HOST:PORT")  # fmt: skip

@@ -353,9 +353,9 @@ def run_sweep(
 
     ``scheduler``: on that existing Dask cluster. Otherwise ``workers`` 1 runs in this process
     and more on as many local processes: a pool started from a fork server
-    (``executor="processes"``) or a Dask LocalCluster (``"dask"``); 0 lets
-    :func:`auto_workers` choose from the work's estimate, serial where processes do not pay.
-    The bytes are the same whichever runs."""
+    (``executor="processes"``; at most one process per core) or a Dask LocalCluster
+    (``"dask"``); 0 lets :func:`auto_workers` choose from the work's estimate, serial where
+    processes do not pay. The bytes are the same whichever runs."""
     if executor not in EXECUTORS:
         raise SpecraceError(f"executor {executor!r}: expected {' or '.join(EXECUTORS)}")
     out = prepare_dir(out, "sweep", replace=False)
@@ -398,6 +398,10 @@ def run_sweep(
     if client is not None or (executor == "dask" and workers > 1):
         results = _dask(spec, todo, workers, client)
     elif workers > 1:
+        cores = os.cpu_count() or 1
+        if workers > cores:  # more would only rebuild schedules (each unit builds its own)
+            log(f"--workers {workers} on {cores} cores: {cores} processes")
+            workers = cores
         results = _processes(spec, chunks(base, todo, workers, keys), workers)
     else:
         results = _serial(spec, base, chunks(base, todo, 1, keys))
