@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from load import limit_s
 
 from sim.runs.processes import AUTO_MIN_S, auto_workers, map_units
 
@@ -27,6 +28,22 @@ def test_the_workers_run_in_other_processes() -> None:
 
 def _pid(_unit: int) -> int:
     return os.getpid()
+
+
+def test_a_script_read_from_stdin_runs_its_units_here() -> None:
+    """``python - <<EOF`` has a ``__main__`` no worker can import (its path is ``<stdin>``):
+    the pool broke with a BrokenProcessPool traceback. The units now run in that process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("from sim.runs.processes import map_units\n"
+              "print(map_units(abs, [3, -4, 5, -6], workers=2))\n")  # fmt: skip
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-"], input=script, cwd=root, capture_output=True,
+                       text=True, timeout=limit_s(30))  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == "[3, 4, 5, 6]", r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -53,12 +54,25 @@ def map_units(
     return list(iter_units(fn, units, workers, preload))
 
 
+def _workers_can_start() -> bool:
+    """Whether a spawned or fork-server worker can set up ``__main__`` as this process has it.
+    Not for a script read from stdin (``python - <<EOF``): multiprocessing then imports
+    ``__main__`` in each worker from the path ``<stdin>``, every worker dies and the pool is
+    broken. A script file, ``python -m``, ``-c``, a notebook or a prompt are fine."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    return path is None or os.path.isfile(path)
+
+
 def iter_units(
     fn: Callable[[T], R], units: Sequence[T], workers: int, preload: Sequence[str] = ()
 ) -> Generator[R, None, None]:
     """:func:`map_units` as results come, in the units' order: the caller can combine each
-    while later units run. Each worker takes its units in their order."""
-    if workers <= 1 or len(units) <= 1:
+    while later units run. Each worker takes its units in their order. Where workers cannot
+    start (:func:`_workers_can_start`), the units run in this process: the same results."""
+    if workers <= 1 or len(units) <= 1 or not _workers_can_start():
         yield from (fn(u) for u in units)
         return
     methods = multiprocessing.get_all_start_methods()
