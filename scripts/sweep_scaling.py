@@ -136,7 +136,9 @@ def _child(**kw: object) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the folder to write (required unless --replot)")
+    ap.add_argument("--replot", metavar="DIR",
+                    help="instead: draw DIR/scaling.png again from its tables")  # fmt: skip
     ap.add_argument("--workers", default="1,2,4,8,16")
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--points", type=int, default=10_000)
@@ -147,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ceiling-iterations", type=int, default=CEILING_ITERATIONS,
                     help="length of the pure-Python loop of the ceiling")  # fmt: skip
     a = ap.parse_args(argv)
+    if a.replot:
+        return replot(Path(a.replot))
+    if not a.out:
+        raise SystemExit("error: give --out DIR (or --replot DIR)")
     workers, steps_list = _ints(a.workers), _ints(a.steps)
     executors = [e.strip() for e in a.executors.split(",") if e.strip()]
     if not executors or not set(executors) <= {"processes", "dask"}:
@@ -215,12 +221,38 @@ def main(argv: list[str] | None = None) -> int:
         "python_ceiling": {str(k): v for k, v in ceilings.items()},
         "goal_met_by_steps": verdict,
     })  # fmt: skip
-    _figure(out / "scaling.png", rows, steps_list, sorted(workers))
+    _figure(out / "scaling.png", rows, steps_list, sorted(workers), os.cpu_count() or 1)
     print(f"wrote {out}/scaling.csv, scaling.json, scaling.png; same bytes: {same}")
     return 0 if same else 1
 
 
-def _figure(path: Path, rows: list[dict], steps_list: list[int], workers: list[int]) -> None:
+def replot(folder: Path) -> int:
+    """Draw ``folder/scaling.png`` again from the committed ``scaling.csv`` and
+    ``scaling.json`` of a run (one with an ``executor`` column: from e800637 on)."""
+    import csv
+    import json
+
+    try:
+        meta = json.loads((folder / "scaling.json").read_text())
+        with (folder / "scaling.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            for k in ("steps", "workers", "points"):
+                r[k] = int(r[k])
+            for k in ("wall_s", "speedup", "python_ceiling"):
+                r[k] = float(r[k])
+        if not rows or "executor" not in rows[0]:  # a run from before the column
+            raise KeyError("executor")
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: {folder}: not a scaling run with executors ({e})") from None
+    _figure(folder / "scaling.png", rows, meta["steps"], meta["workers"], meta["cores"])
+    print(f"wrote {folder / 'scaling.png'}")
+    return 0
+
+
+def _figure(
+    path: Path, rows: list[dict], steps_list: list[int], workers: list[int], cores: int
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,13 +274,17 @@ def _figure(path: Path, rows: list[dict], steps_list: list[int], workers: list[i
                     ls="-" if executor == "processes" else "--",
                     label=f"{executor}: {mine[0]['points']:,} points x {steps:,} steps "
                           f"(serial {mine[0]['wall_s']:.0f} s)")  # fmt: skip
+            for r in mine[1:]:  # each parallel point's speed-up, written beside it
+                ax.annotate(f"{r['speedup']:.2f}x", (r["workers"], r["speedup"]), fontsize=8,
+                            xytext=(-36, 6), textcoords="offset points")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xticks(workers, [str(w) for w in workers])
-    ax.set_yticks(workers, [str(w) for w in workers])
+    ticks = [2**i for i in range(max(workers).bit_length())]  # 1, 2, 4, ... up to the most
+    ax.set_yticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("worker processes (1: serial, in process)")
     ax.set_ylabel("speed-up over serial (wall, start included)")
-    ax.set_title(f"sim sweep, vector tier, on {os.cpu_count()} cores")
+    ax.set_title(f"sim sweep, vector tier, on {cores} cores")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -44,3 +44,22 @@ def test_the_scaling_script_measures_every_count_on_the_same_bytes(tmp_path: Pat
                           "--executors", "ray"], cwd=ROOT, capture_output=True, text=True,
                          timeout=limit_s(60))  # fmt: skip
     assert bad.returncode != 0 and "--executors 'ray'" in bad.stderr
+
+
+def test_a_committed_run_is_drawn_again_from_its_tables(tmp_path: Path) -> None:
+    """``--replot DIR`` redraws scaling.png from the committed tables (the core count from the
+    run's JSON, not this machine's); a run from before the executor column is one line."""
+    import shutil
+
+    run = tmp_path / "e800637"
+    shutil.copytree(ROOT / "data" / "bench" / "scaling" / "e800637", run)
+    (run / "scaling.png").unlink()
+    r = subprocess.run([sys.executable, "scripts/sweep_scaling.py", "--replot", str(run)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=limit_s(60))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (run / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    old = subprocess.run([sys.executable, "scripts/sweep_scaling.py", "--replot",
+                          str(ROOT / "data" / "bench" / "scaling" / "dbabeef")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=limit_s(60))  # fmt: skip
+    assert old.returncode != 0 and old.stderr.startswith("error: ") and "executor" in old.stderr
+    assert len(old.stderr.splitlines()) == 1
