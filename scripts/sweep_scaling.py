@@ -97,11 +97,9 @@ from sim.explore.sweep import SweepSpec, run_sweep
 a = json.loads(sys.argv[1])
 t1 = time.perf_counter()
 if a["start_only"] and a["executor"] == "dask":
-    import logging, tempfile
-    from distributed import Client, LocalCluster
-    cluster = LocalCluster(n_workers=a["workers"], threads_per_worker=1, processes=True,
-                           dashboard_address=None, silence_logs=logging.ERROR,
-                           local_directory=tempfile.gettempdir())
+    from distributed import Client
+    from sim.explore.sweep import local_cluster
+    cluster = local_cluster(a["workers"])
     client = Client(cluster)
     client.wait_for_workers(a["workers"])
     client.close()

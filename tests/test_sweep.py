@@ -293,7 +293,8 @@ def test_sweep_cli_engine_flag(tmp_path: Path) -> None:
 
 
 def test_auto_workers_runs_serially_where_processes_do_not_pay() -> None:
-    from sim.explore.sweep import AUTO_MIN_S, auto_workers, schedule_keys, serial_estimate_s
+    from sim.explore.sweep import schedule_keys, serial_estimate_s
+    from sim.runs.processes import AUTO_MIN_S, auto_workers
 
     assert auto_workers(100, AUTO_MIN_S / 3, cores=2) == 1  # too little work: never slower
     assert auto_workers(100, 60.0, cores=2) == 2

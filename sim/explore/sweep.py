@@ -354,8 +354,8 @@ def run_sweep(
     ``scheduler``: on that existing Dask cluster. Otherwise ``workers`` 1 runs in this process
     and more on as many local processes: a pool started from a fork server
     (``executor="processes"``; at most one process per core) or a Dask LocalCluster
-    (``"dask"``); 0 lets :func:`auto_workers` choose from the work's estimate, serial where
-    processes do not pay. The bytes are the same whichever runs."""
+    (``"dask"``); 0 lets ``sim.runs.processes.auto_workers`` choose from the work's estimate,
+    serial where processes do not pay. The bytes are the same whichever runs."""
     if executor not in EXECUTORS:
         raise SpecraceError(f"executor {executor!r}: expected {' or '.join(EXECUTORS)}")
     out = prepare_dir(out, "sweep", replace=False)
@@ -382,13 +382,15 @@ def run_sweep(
     base = load_scenario(spec.scenario)
     keys = schedule_keys(base, todo)
     if workers == 0 and client is None:
+        # One per core up to one per point, or serial below AUTO_MIN_S of work: the pool's fork
+        # server imports the simulator first (about a second); the README's sweep is 0.7 s.
         est = serial_estimate_s(todo, keys, spec.steps, spec.engine)
-        workers = auto_workers(len(todo), est)
+        workers = processes.auto_workers(len(todo), est)
         log(
             f"{workers} worker processes (about {est:.0f} s of work serially)"
             if workers > 1
             else f"serial in this process ({os.cpu_count() or 1} cores, {len(todo)} points, "
-            f"about {est:.1f} s of work: processes pay from {AUTO_MIN_S:.0f} s)"
+            f"about {est:.1f} s of work: processes pay from {processes.AUTO_MIN_S:.0f} s)"
         )
     folder = out / "points"
     check_path(folder)  # once, not for each file
@@ -396,7 +398,7 @@ def run_sweep(
     progress = Progress(len(todo), log)
     done = 0
     if client is not None or (executor == "dask" and workers > 1):
-        results = _dask(spec, todo, workers, client)
+        results = _dask(spec, base, todo, keys, workers, client)
     elif workers > 1:
         cores = os.cpu_count() or 1
         if workers > cores:  # more would only rebuild schedules (each unit builds its own)
@@ -447,16 +449,6 @@ def serial_estimate_s(
     return s + point_policies * (SIMPY_S_PER_RUN + steps / SIMPY_POINT_STEPS_PER_S)
 
 
-def auto_workers(units: int, serial_s: float, cores: int | None = None) -> int:
-    """``--workers 0``: how many processes a sweep of ``units`` points and about ``serial_s``
-    seconds of work gets: one per core up to one per point, or 1 (this process) with one
-    core, one point, or less than :data:`AUTO_MIN_S` of work (the pool's fork server imports
-    the simulator first, about a second; the README's 12-point sweep takes under 2 s)."""
-    return processes.auto_workers(units, serial_s, cores)
-
-
-AUTO_MIN_S = processes.AUTO_MIN_S
-
 Unit = list[tuple[dict[str, Any], list[str], list[dict]]]  # (point, policies, rows) of a unit
 
 
@@ -474,10 +466,23 @@ def _processes(spec: SweepSpec, units: list, workers: int) -> Iterator[Unit]:
         yield [(point, names, r) for (point, names), r in zip(chunk, rows, strict=True)]
 
 
-def _dask(spec: SweepSpec, todo: list, workers: int, client: Any) -> Iterator[Unit]:
+def local_cluster(n: int) -> Any:
+    """A Dask LocalCluster of ``n`` worker processes as a sweep starts one: one thread each
+    (the simulation is pure Python: the GIL), quiet (no port or "worker still alive"
+    chatter)."""
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                        dashboard_address=None, silence_logs=logging.ERROR,
+                        local_directory=tempfile.gettempdir())  # fmt: skip
+
+
+def _dask(
+    spec: SweepSpec, base: Scenario, todo: list, keys: list[str], workers: int, client: Any
+) -> Iterator[Unit]:
     """On ``client`` (a connected scheduler's, closed here) or on a LocalCluster."""
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, as_completed
     except ImportError:
         raise SpecraceError(
             "a Dask cluster needs Dask: pip install 'specrace[dask]' (or --workers N: local "
@@ -489,20 +494,11 @@ def _dask(spec: SweepSpec, todo: list, workers: int, client: Any) -> Iterator[Un
         return
     cluster = None
     if client is None:
-        n = workers or os.cpu_count() or 1
-        # Processes, one thread each: the simulation is pure Python (the GIL).
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,  # no port or "worker still alive" chatter
-            local_directory=tempfile.gettempdir(),
-        )
+        cluster = local_cluster(workers or os.cpu_count() or 1)
         client = Client(cluster)
     try:
         parts = sum(client.nthreads().values()) or 1
-        units = chunks(load_scenario(spec.scenario), todo, parts)
+        units = chunks(base, todo, parts, keys)
         futures = [
             client.submit(_task, spec.scenario, unit, spec.steps, spec.engine, pure=False)
             for unit in units
