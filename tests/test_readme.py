@@ -239,6 +239,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
     ci_runs = mt[mt["part"].str.startswith("bash .ci/run in CI")]["wall_s"]
     ci, ci_before = ci_runs.iloc[-1], ci_runs.iloc[0]
     fresh = mt[mt["part"].str.startswith("bash .ci/run (a fresh clone")]["wall_s"]
+    warm = mt[mt["part"] == "make test (warm)"]["wall_s"]
     for text in (
         f"{on_two.min():.0f}-{on_two.max():.0f} s on this machine's 2 cores in {len(on_two)} runs",
         f"against {serial.item():.0f} s on one",
@@ -248,6 +249,7 @@ def test_speed_figures_are_the_committed_timings() -> None:
         f"took {ci / 60:.0f} minutes in CI ({ci:,.0f} s; {ci_before:,.0f} s on one worker before)",
         f"fixed cases per surface ({fuzz:.0f} s on one core here)",
         f"here fresh clones' took {fresh.min():.0f}-{fresh.max():.0f} s in {len(fresh)} runs",
+        f"with its installs done took {warm.min():.0f}-{warm.max():.0f} s in {len(warm)} runs",
     ):
         assert text in flat, text
     check = pd.read_csv(waits / "check-2026-12-03.csv").set_index("command")["wall_s"]
