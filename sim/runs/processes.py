@@ -54,7 +54,7 @@ def map_units(
     return list(iter_units(fn, units, workers, preload))
 
 
-def _workers_can_start() -> bool:
+def workers_can_start() -> bool:
     """Whether a spawned or fork-server worker can set up ``__main__`` as this process has it.
     Not for a script read from stdin (``python - <<EOF``): multiprocessing then imports
     ``__main__`` in each worker from the path ``<stdin>``, every worker dies and the pool is
@@ -66,21 +66,27 @@ def _workers_can_start() -> bool:
     return path is None or os.path.isfile(path)
 
 
+def context(preload: Sequence[str] = ()) -> Any:
+    """The multiprocessing context workers start from: a fork server that imports ``preload``
+    once (where the platform has one), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    ctx: Any = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" in methods and preload:
+        ctx.set_forkserver_preload(list(preload))
+    return ctx
+
+
 def iter_units(
     fn: Callable[[T], R], units: Sequence[T], workers: int, preload: Sequence[str] = ()
 ) -> Generator[R, None, None]:
     """:func:`map_units` as results come, in the units' order: the caller can combine each
     while later units run. Each worker takes its units in their order. Where workers cannot
-    start (:func:`_workers_can_start`), the units run in this process: the same results."""
-    if workers <= 1 or len(units) <= 1 or not _workers_can_start():
+    start (:func:`workers_can_start`), the units run in this process: the same results."""
+    if workers <= 1 or len(units) <= 1 or not workers_can_start():
         yield from (fn(u) for u in units)
         return
-    methods = multiprocessing.get_all_start_methods()
-    ctx: Any = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if "forkserver" in methods and preload:
-        ctx.set_forkserver_preload(list(preload))
     ex = ProcessPoolExecutor(
-        max_workers=min(workers, len(units)), mp_context=ctx, initializer=_quiet_worker
+        max_workers=min(workers, len(units)), mp_context=context(preload), initializer=_quiet_worker
     )
     try:
         yield from ex.map(fn, units)
