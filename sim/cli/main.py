@@ -131,6 +131,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.stream:
         return run_stream(args)
+    if args.workers is not None:
+        raise SpecraceError("--workers is for --stream (a run without it is one process)")
     if args.engine == "vector" and not args.no_trace:
         raise SpecraceError("--engine vector writes no trace: add --no-trace")
     names = [p.name for p in select(args.policy, many=False)]
@@ -199,10 +201,13 @@ def run_stream(args: argparse.Namespace) -> int:
     name = select(args.policy, many=False)[0].name
     source = None
     if args.schedule:
+        import functools
+
         from sim.model.schedule_io import open_schedule
 
-        source = open_schedule(Path(args.schedule))
-        scenario, seed, steps = schedule_scenario(args, source[0]), source[0].seed, source[2]
+        head, _, steps = open_schedule(Path(args.schedule))
+        scenario, seed = schedule_scenario(args, head), head.seed
+        source = functools.partial(open_schedule, Path(args.schedule))
     else:
         scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
         seed, steps = args.seed, args.steps or scenario.default_steps
@@ -211,7 +216,14 @@ def run_stream(args: argparse.Namespace) -> int:
         print_parameters(scenario, seed)
         print(f"policy={name} steps={steps} stream=true")
         summary = run_streaming(
-            tmp, scenario, POLICIES[name], seed, steps, schedule_format="parquet", source=source
+            tmp,
+            scenario,
+            POLICIES[name],
+            seed,
+            steps,
+            schedule_format="parquet",
+            source=source,
+            workers=0 if args.workers is None else args.workers,
         )
     tables.show(args.table_format, run_rows([summary]), lambda: print_table([summary]))
     if note:
@@ -496,6 +508,10 @@ def build_parser(prog: str = "python -m sim") -> argparse.ArgumentParser:
     r.add_argument("--stream", action="store_true",
                    help="long runs in bounded memory: one policy, the vector tier, "
                    "schedule.parquet and reads.parquet in row groups, no trace")  # fmt: skip
+    r.add_argument("--workers", type=int_in(0, 4096, "0..4096"), default=None,
+                   help="with --stream: 1 builds the schedule in this process, 2 or more in a "
+                   "second one beside the simulation (0, the default: two where there are two "
+                   "cores and the run takes seconds); the same files whichever")  # fmt: skip
     tables.add_format_arg(r, "the policy table")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("compare", help="model vs hardware replay (observed.parquet)")

@@ -12,9 +12,9 @@ whatever the step count (no trace).
 
 from __future__ import annotations
 
-import json
+import functools
 import platform
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +27,17 @@ from sim.model.params import Scenario
 from sim.model.policies import Policy
 from sim.model.reads import READ_COLUMNS, build_reads, build_trace, summarize
 from sim.model.schedule import SCHEMA_VERSION, Schedule, StepRecord
-from sim.model.scheduling import iter_schedule
 from sim.model.simulate import simulate
 from sim.model.vector import simulate_points
 from sim.runs.io import atomic_write, atomic_write_text, write_json
+from sim.runs.processes import workers_can_start
+from sim.runs.step_source import (
+    OpenSource,
+    StepsFromProcess,
+    generated,
+    stream_workers,
+    writing_schedule,
+)
 
 
 @dataclass
@@ -107,23 +114,28 @@ def run_streaming(
     steps: int,
     batch_steps: int = 1024,
     schedule_format: str = "json",
-    source: tuple[Schedule, Iterator[StepRecord], int] | None = None,
+    source: OpenSource | None = None,
+    workers: int = 1,
+    stats: dict | None = None,
 ) -> dict:
     """One policy over ``steps`` steps in bounded memory: the schedule (``schedule.json``,
     the same bytes as :func:`sim.model.schedule.dumps`, or with ``schedule_format``
     "parquet" its compact form ``schedule.parquet``), ``reads.parquet`` (one row group per
     ``batch_steps`` steps; the same rows as :func:`run_policy`'s) and ``meta.json``. The
-    steps are generated from the scenario, or come from ``source`` (header, steps, count:
-    :func:`sim.model.schedule_parquet.open_schedule_parquet`). Returns the summary (that
-    of :func:`sim.model.reads.summarize`)."""
+    steps are generated from the scenario, or come from ``source``, a function that opens
+    them (header, steps, count: :func:`sim.model.schedule_io.open_schedule` of a path, say).
+    ``workers``: 1 builds (or reads) and writes the schedule in this process; 2 in a second
+    one, beside the simulation (:mod:`sim.runs.step_source`); 0 decides from the step count
+    and the cores. The same bytes whichever. ``stats``, if given, gets the second process's
+    peak RSS (``schedule_process_peak_rss_kib``). Returns the summary (that of
+    :func:`sim.model.reads.summarize`)."""
     if schedule_format not in ("json", "parquet"):
         raise ValueError(f"schedule_format {schedule_format!r}")
-    head, step_iter, steps = source if source is not None else (
-        *iter_schedule(scenario, seed, steps), steps
-    )  # fmt: skip
+    open_source = source or functools.partial(generated, scenario, seed, steps)
+    apart = stream_workers(workers, steps) > 1 and workers_can_start()
     summary: dict = {}
 
-    def simulate(steps_in: Iterable[StepRecord], reads_tmp: Path) -> None:
+    def simulate(head: Schedule, steps_in: Iterable[StepRecord], n: int, reads_tmp: Path) -> None:
         with _ParquetSink(reads_tmp) as sink:
             res = simulate_points(
                 head,
@@ -133,28 +145,26 @@ def run_streaming(
                 keep_reads=False,
                 keep_timing=False,
                 steps=steps_in,
-                n_steps=steps,
+                n_steps=n,
                 on_reads=sink,
                 batch_steps=batch_steps,
             )
         summary.update(res.summaries[0])
 
     def write_reads(reads_tmp: Path) -> None:
-        if schedule_format == "json":
+        def write_schedule(sched_tmp: Path) -> None:
+            if apart:
+                pipe = StepsFromProcess(open_source, schedule_format, sched_tmp)
+                with pipe as (head, steps_in, n):
+                    simulate(head, steps_in, n, reads_tmp)
+                if stats is not None:
+                    stats["schedule_process_peak_rss_kib"] = pipe.child_peak_rss_kib
+                return
+            head, steps_in, n = open_source()
+            with writing_schedule(schedule_format, sched_tmp, head, steps_in) as teed:
+                simulate(head, teed, n, reads_tmp)
 
-            def write_json_schedule(sched_tmp: Path) -> None:
-                with sched_tmp.open("w") as f:
-                    simulate(_tee_schedule(head, step_iter, f), reads_tmp)
-
-            atomic_write(out / "schedule.json", write_json_schedule)
-        else:
-            from sim.model.schedule_parquet import ScheduleWriter, tee
-
-            def write_parquet_schedule(sched_tmp: Path) -> None:
-                with ScheduleWriter(sched_tmp, head) as w:
-                    simulate(tee(w, step_iter), reads_tmp)
-
-            atomic_write(out / "schedule.parquet", write_parquet_schedule)
+        atomic_write(out / f"schedule.{schedule_format}", write_schedule)
 
     atomic_write(out / "reads.parquet", write_reads)
     write_json(
@@ -204,18 +214,6 @@ class _ParquetSink:
                 compression="zstd",
                 write_statistics=False,
             )
-
-
-def _tee_schedule(head: Schedule, steps: Iterator[StepRecord], f) -> Iterator[StepRecord]:
-    """Yield ``steps`` while writing ``schedule_mod.dumps`` of the whole schedule to ``f``:
-    the header line, one line per step, the closing line."""
-    tail = "\n\n]}\n"  # what dumps() puts after the header line of a schedule without steps
-    f.write(schedule_mod.dumps(head)[: -len(tail)] + "\n")
-    for i, rec in enumerate(steps):
-        body = json.dumps(rec.to_json(), sort_keys=True, separators=(",", ":"))
-        f.write(body if i == 0 else ",\n" + body)
-        yield rec
-    f.write("\n]}\n")
 
 
 def versions() -> dict[str, str]:

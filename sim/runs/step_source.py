@@ -1,0 +1,295 @@
+"""The steps of a streamed run and the schedule file they are written to, in this process or in
+a second one.
+
+A streamed run (:func:`sim.runs.run.run_streaming`) takes its steps from a *source* (the
+scheduler building them, or a schedule file read step by step), writes each to the run's
+schedule file and simulates it. Building (or reading) and writing the schedule is about half
+of the work, the vector tier the other half, and neither needs the other's result to go on:
+:class:`StepsFromProcess` runs the first half in a second process, which sends the steps over
+a pipe a chunk at a time, so that on two cores the two halves overlap. The steps, the schedule
+file and so every output are the same bytes either way (tests/test_long_runs.py).
+
+A chunk crosses the pipe as one pickle of :func:`pack_steps`: the per-row arrays of all its
+steps concatenated field by field, so that a chunk is a few large arrays and lists rather
+than thousands of small objects (a pickle of the records themselves costs about as much as
+building them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import pickle
+import queue
+import resource
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import SpecraceError
+from sim.model import schedule as schedule_mod
+from sim.model.input_batch import RowOp
+from sim.model.schedule import Schedule, StepRecord
+from sim.model.scheduling import iter_schedule
+from sim.runs import processes
+
+Source = tuple[Schedule, Iterator[StepRecord], int]  # header (no steps), steps, their count
+OpenSource = Callable[[], Source]  # a module-level function or a partial of one: it pickles
+
+CHUNK_STEPS = 512  # steps per message: a chunk in flight is a few MB at 64 rows
+STREAM_S_PER_STEP = 2.5e-4  # a streamed step in one process (64 rows), for the estimate
+_ARRAYS = (
+    "num_scheduled",
+    "num_computed",
+    "num_prompt",
+    "drafts",
+    "accepted",
+    "discard",
+    "prev_positions",
+    "prev_num_draft_tokens",
+)
+QUEUE_CHUNKS = 8  # chunks built and not yet sent, at most (about 2 MB each)
+_POLL_S = 0.5  # how often a wait for the other process checks that it is still there
+
+
+def generated(scenario, seed: int, steps: int) -> Source:
+    """The scheduler's steps (:func:`sim.model.scheduling.iter_schedule`) as a source."""
+    head, it = iter_schedule(scenario, seed, steps)
+    return head, it, steps
+
+
+def stream_workers(workers: int, steps: int, cores: int | None = None) -> int:
+    """The processes a streamed run of ``steps`` steps takes: ``workers`` (1: this one; 2 or
+    more: the source in a second process), or with 0 two where there are two cores and the
+    run is estimated at :data:`sim.runs.processes.AUTO_MIN_S` or more."""
+    if workers > 0:
+        return min(workers, 2)
+    return processes.auto_workers(2, steps * STREAM_S_PER_STEP, cores)
+
+
+# ---- the schedule file ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def writing_schedule(
+    fmt: str, path: Path, head: Schedule, steps: Iterable[StepRecord]
+) -> Iterator[Iterator[StepRecord]]:
+    """``steps``, each written to ``path`` as it passes: ``schedule.json`` (the bytes of
+    :func:`sim.model.schedule.dumps`) or ``schedule.parquet``; the file is complete when the
+    block ends after the last step."""
+    if fmt == "json":
+        with path.open("w") as f:
+            yield _tee_json(head, steps, f)
+    elif fmt == "parquet":
+        from sim.model.schedule_parquet import ScheduleWriter, tee
+
+        with ScheduleWriter(path, head) as w:
+            yield tee(w, steps)
+    else:
+        raise ValueError(f"schedule format {fmt!r}")
+
+
+def _tee_json(head: Schedule, steps: Iterable[StepRecord], f) -> Iterator[StepRecord]:
+    """Yield ``steps`` while writing ``schedule_mod.dumps`` of the whole schedule to ``f``:
+    the header line, one line per step, the closing line."""
+    tail = "\n\n]}\n"  # what dumps() puts after the header line of a schedule without steps
+    f.write(schedule_mod.dumps(head)[: -len(tail)] + "\n")
+    for i, rec in enumerate(steps):
+        body = json.dumps(rec.to_json(), sort_keys=True, separators=(",", ":"))
+        f.write(body if i == 0 else ",\n" + body)
+        yield rec
+    f.write("\n]}\n")
+
+
+# ---- steps over a pipe --------------------------------------------------------------------
+
+
+def pack_steps(recs: Sequence[StepRecord]) -> tuple:
+    """``recs`` as a few lists and arrays (:func:`unpack_steps` gives them back, equal field
+    by field and of the same dtypes)."""
+    first = recs[0]
+    dtypes = [getattr(first, f).dtype for f in _ARRAYS]
+    if any(getattr(r, f).dtype != d for r in recs for f, d in zip(_ARRAYS, dtypes, strict=True)):
+        return ("records", list(recs))  # mixed dtypes (a hand-made schedule): as they are
+    meta = [
+        (
+            r.step,
+            r.finished,
+            r.unscheduled,
+            r.new,
+            r.resumed,
+            [(o.kind, o.a, o.b, o.req_id) for o in r.ops],
+            r.req_ids,
+        )
+        for r in recs
+    ]
+    lens = np.array([[len(getattr(r, f)) for f in _ARRAYS] for r in recs], dtype=np.int64)
+    arrays = [np.concatenate([getattr(r, f) for r in recs]) for f in _ARRAYS]
+    return ("packed", meta, lens, arrays)
+
+
+def unpack_steps(packed: tuple) -> list[StepRecord]:
+    if packed[0] == "records":
+        return packed[1]
+    _, meta, lens, arrays = packed
+    ends = np.cumsum(lens, axis=0)
+    starts, ends = (ends - lens).tolist(), ends.tolist()
+    out = []
+    for (step, finished, unscheduled, new, resumed, ops, req_ids), s, e in zip(
+        meta, starts, ends, strict=True
+    ):
+        v = [a[s[i] : e[i]] for i, a in enumerate(arrays)]
+        out.append(
+            StepRecord(
+                step=step,
+                finished=finished,
+                unscheduled=unscheduled,
+                new=new,
+                resumed=resumed,
+                ops=[RowOp(*op) for op in ops],
+                req_ids=req_ids,
+                num_scheduled=v[0],
+                num_computed=v[1],
+                num_prompt=v[2],
+                drafts=v[3],
+                accepted=v[4],
+                discard=v[5],
+                prev_positions=v[6],
+                prev_num_draft_tokens=v[7],
+            )
+        )
+    return out
+
+
+def _produce(conn, open_source: OpenSource, fmt: str, path: Path) -> None:
+    """The second process: open the source, send its header, then its steps a chunk at a
+    time while writing them to ``path``; last ``done`` and this process's peak RSS (KiB), or
+    the error that stopped it. Ctrl-C is the parent's to take (it ends this process).
+
+    A thread sends, from a queue of up to :data:`QUEUE_CHUNKS` chunks, so that building goes
+    on while the parent is busy with earlier ones. The sending is here, not a receiving
+    thread there: a pipe write of a whole chunk is one system call without the GIL, where a
+    reader takes it a pipe's buffer at a time and would wait for the GIL after each (up to
+    the 5 ms switch interval while the other thread simulates)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out: queue.Queue[bytes | None] = queue.Queue(QUEUE_CHUNKS)
+    gone = threading.Event()  # the parent's end is closed: nobody to send to
+
+    def sender() -> None:
+        while (item := out.get()) is not None:
+            try:
+                conn.send_bytes(item)
+            except (BrokenPipeError, ConnectionResetError):
+                gone.set()
+                return
+
+    def put(item: bytes | None) -> bool:
+        """Queue ``item`` for the sender; False if the parent has gone first."""
+        while not gone.is_set():
+            try:
+                out.put(item, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def send(msg: tuple) -> None:
+        if not put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)):
+            raise BrokenPipeError
+
+    thread = threading.Thread(target=sender, daemon=True)
+    thread.start()
+    try:
+        head, steps, n = open_source()
+        send(("head", head, n))
+        with writing_schedule(fmt, path, head, steps) as teed:
+            while chunk := list(itertools.islice(teed, CHUNK_STEPS)):
+                send(("steps", pack_steps(chunk)))
+        send(("done", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    except (BrokenPipeError, ConnectionResetError):  # the parent has gone: nobody to tell
+        pass
+    except BaseException as e:  # noqa: BLE001 (the parent raises it)
+        try:
+            pickle.dumps(e)
+        except Exception:  # an exception that does not pickle: its text
+            e = SpecraceError(f"{type(e).__name__}: {e}")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            send(("error", e))
+    finally:
+        if put(None):  # everything queued is sent before the pipe closes
+            thread.join()
+        conn.close()
+
+
+class StepsFromProcess:
+    """``with StepsFromProcess(open_source, fmt, path) as (head, steps, n):`` the source's
+    header, steps and count, the steps built (or read) and written to ``path`` in a second
+    process. The steps end once the file is complete; an error there is raised here (a
+    :class:`SpecraceError` stays one); leaving the block early stops the other process."""
+
+    def __init__(self, open_source: OpenSource, fmt: str, path: Path) -> None:
+        self.args = (open_source, fmt, path)
+        self.child_peak_rss_kib = 0  # the other process's peak RSS, known once done
+        self._proc: Any = None
+        self._conn: Any = None
+
+    def __enter__(self) -> Source:
+        ctx = processes.context(["sim.runs.step_source"])
+        recv, send = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_produce, args=(send, *self.args), daemon=True)
+        self._conn = recv
+        try:
+            try:
+                self._proc.start()
+            finally:
+                send.close()  # ours: the pipe reads EOF once the child's end is closed too
+            _, head, n = self._expect("head")
+        except BaseException:  # Ctrl-C included: the other process goes too
+            self._stop()
+            raise
+        return head, self._steps(), n
+
+    def __exit__(self, *exc) -> None:
+        self._stop()
+
+    def _steps(self) -> Iterator[StepRecord]:
+        while True:
+            msg = self._expect("steps", "done")
+            if msg[0] == "done":
+                self.child_peak_rss_kib = int(msg[1])
+                self._proc.join()
+                return
+            yield from unpack_steps(msg[1])
+
+    def _expect(self, *kinds: str) -> tuple:
+        conn, proc = self._conn, self._proc
+        while not conn.poll(_POLL_S):
+            if not proc.is_alive() and not conn.poll():
+                raise self._stopped()
+        try:
+            msg = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):  # its end closed, at a message or within one: it stopped
+            raise self._stopped() from None
+        if msg[0] == "error":
+            raise msg[1]
+        assert msg[0] in kinds, msg[0]
+        return msg
+
+    def _stopped(self) -> SpecraceError:
+        self._proc.join()
+        return SpecraceError(
+            f"the process building the schedule stopped (exit code {self._proc.exitcode})"
+        )
+
+    def _stop(self) -> None:
+        if self._proc is not None and self._proc.pid is not None:  # started
+            if self._proc.is_alive():
+                self._proc.terminate()
+            self._proc.join()
+        if self._conn is not None:
+            self._conn.close()
