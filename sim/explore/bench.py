@@ -178,18 +178,21 @@ def _schedule_rates(scenario, steps: int, repeats: int = 3) -> dict:
     return out
 
 
-def peak_rss_mb(steps: int, streamed: bool = False) -> float:
+def peak_rss_mb(steps: int, streamed: bool = False, workers: int = 1) -> float:
     """Peak RSS (MB) of a child process that runs ``steps`` steps of one policy: the SimPy
     tier holding the whole schedule, its reads and summary (``sim run --no-trace``), or
-    ``streamed``: :func:`sim.runs.run.run_streaming` writing its files to a temp folder."""
+    ``streamed``: :func:`sim.runs.run.run_streaming` writing its files to a temp folder, on
+    ``workers`` processes (2: the sum of both processes' peaks)."""
     if streamed:
         body = (
             "import tempfile\n"
             "from pathlib import Path\n"
             "from sim.runs.run import run_streaming\n"
+            "stats = {}\n"
             "with tempfile.TemporaryDirectory() as d:\n"
             f"    run_streaming(Path(d), sc, POLICIES[{POLICY!r}], 0, {steps}, "
-            "schedule_format='parquet')\n"
+            f"schedule_format='parquet', workers={workers}, stats=stats)\n"
+            "extra = stats.get('schedule_process_peak_rss_kib', 0)\n"
         )
     else:
         body = (
@@ -202,9 +205,11 @@ def peak_rss_mb(steps: int, streamed: bool = False) -> float:
         "import resource\n"
         "from sim.model.params import load_scenario\n"
         "from sim.model.policies import POLICIES\n"
-        f"sc = load_scenario({SCENARIO!r})\n"
-        + body
-        + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "extra = 0\n"
+        "if __name__ == '__main__':\n"
+        f"    sc = load_scenario({SCENARIO!r})\n"
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + extra)\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=3600
@@ -277,6 +282,7 @@ def main(
             if n <= FULL_RSS_MAX_STEPS:
                 rss[f"peak_rss_mb_simpy_{n}"] = peak_rss_mb(n)
             rss[f"peak_rss_mb_streamed_{n}"] = peak_rss_mb(n, streamed=True)
+            rss[f"peak_rss_mb_streamed_2_processes_{n}"] = peak_rss_mb(n, True, workers=2)
         print(
             "peak RSS (MB) of one run in a child process: "
             + ", ".join(f"{k.removeprefix('peak_rss_mb_')}={v}" for k, v in rss.items())
