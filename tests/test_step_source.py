@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from load import limit_s
 
 from sim.errors import SpecraceError
 from sim.model.params import load_scenario
@@ -25,7 +26,6 @@ from sim.model.scheduling import build_schedule
 from sim.runs import step_source
 from sim.runs.run import run_streaming
 from sim.runs.step_source import StepsFromProcess, generated, pack_steps, unpack_steps
-from load import limit_s
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = load_scenario("qwen35-mtp3")
