@@ -56,7 +56,8 @@ if __name__ == "__main__":
 
 def _run(steps: int, workers: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="specrace-stream-") as d:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
         arg = json.dumps({"out": str(Path(d) / "run"), "steps": steps, "workers": workers})
         r = subprocess.run([sys.executable, "-c", CHILD, arg], capture_output=True, text=True,
                            env=env, check=False)  # fmt: skip
