@@ -91,7 +91,7 @@ def main(fmt: str = "table") -> int:
             rows.append({
                 "command": name, "exit": rc,
                 "wall_s": round(wall, 2),
-                "loops": round(wall / loop, 1), "loop_s": round(loop, 3),
+                "loops": round(wall / loop, 1), "loop_s": round(loop, 6),
                 "goal_loops": round(goal_loops, 1) if goal_loops is not None else None,
                 "meets_goal": (wall / loop <= goal_loops) if goal_loops is not None else None,
             })  # fmt: skip
