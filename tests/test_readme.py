@@ -272,11 +272,27 @@ def test_speed_figures_are_the_committed_timings() -> None:
         assert bool(pol["counterexamples"]) == (not pol["safe"]), name  # not vacuous
     two_by_four = check.filter(like="--max-rows 2 --steps 4").item()
     assert f"2 rows × 4 steps is about a minute, {two_by_four:.0f} s measured" in flat
-    bench = {r["command"]: r["wall_s"] for r in json.loads((waits / "2026-12-03.json").read_text())}
-    assert (f"the check at R = 3 {bench['check R=3 S=3 k=3']:.1f} s, `risk` "
+    rows = json.loads((waits / "waits-ec08365.json").read_text())
+    bench = {r["command"]: r["wall_s"] for r in rows}
+    sweep = "README sweep"
+    assert (f"One run here (the loop {rows[0]['loop_s']:.2f} s, "
+            f"every row's `loop_s`, in a fast hour; `data/bench/waits/waits-ec08365.json`): "
+            f"the check at R = 3 {bench['check R=3 S=3 k=3']:.1f} s, `risk` "
             f"{bench['risk (defaults), --workers 1']:.1f} s on one process and "
             f"{bench['risk (defaults)']:.1f} s on the default two, a 20,000-step `run --stream` "
-            f"{bench['run --stream, 20,000 steps']:.1f} s") in flat  # fmt: skip
+            f"{bench['run --stream, 20,000 steps, --workers 1']:.1f} s on one process and "
+            f"{bench['run --stream, 20,000 steps']:.1f} s on the default two, and the 12-point "
+            f"sweep of the command list above {bench[f'{sweep}, default executor']:.1f} s on the "
+            f"default executor and {bench[f'{sweep}, --workers 1']:.1f} s serially"
+            ) in flat  # fmt: skip
+    st = pd.read_csv(ROOT / "data/bench/scaling/stream-e521bf3/stream.csv")
+    w = st.set_index(["steps", "workers"])
+    one, two = w.loc[(1_000_000, 1)], w.loc[(1_000_000, 2)]
+    assert (f"10^6 steps in {one.wall_s:.1f} s on one process and {two.wall_s:.1f} s on two "
+            f"({one.wall_s / two.wall_s:.2f}×), 20,000 steps in {w.loc[(20000, 1)].wall_s:.1f} s "
+            f"and {w.loc[(20000, 2)].wall_s:.1f} s; peak RSS {one.rss_mb:.0f} MB on one process, "
+            f"{two.rss_mb:.0f} + {two.second_rss_mb:.0f} MB on two") in flat  # fmt: skip
+    assert st.reads_sha256.nunique() == 2 and st.schedule_sha256.nunique() == 2  # per step count
 
 
 def test_sweep_scaling_figures_are_the_committed_runs() -> None:
