@@ -18,8 +18,10 @@ building them).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
+import operator
 import pickle
 import queue
 import resource
@@ -43,16 +45,10 @@ OpenSource = Callable[[], Source]  # a module-level function or a partial of one
 
 CHUNK_STEPS = 512  # steps per message: a chunk in flight is a few MB at 64 rows
 STREAM_S_PER_STEP = 2.5e-4  # a streamed step in one process (64 rows), for the estimate
-_ARRAYS = (
-    "num_scheduled",
-    "num_computed",
-    "num_prompt",
-    "drafts",
-    "accepted",
-    "discard",
-    "prev_positions",
-    "prev_num_draft_tokens",
-)
+# StepRecord's per-row arrays, in its field order (they follow its lists: unpack_steps passes
+# them by position)
+_ARRAYS = tuple(f.name for f in dataclasses.fields(StepRecord) if f.type == "np.ndarray")
+_GETTERS = [operator.attrgetter(f) for f in _ARRAYS]
 QUEUE_CHUNKS = 8  # chunks built and not yet sent, at most (about 2 MB each)
 _POLL_S = 0.5  # how often a wait for the other process checks that it is still there
 
@@ -111,57 +107,53 @@ def _tee_json(head: Schedule, steps: Iterable[StepRecord], f) -> Iterator[StepRe
 
 def pack_steps(recs: Sequence[StepRecord]) -> tuple:
     """``recs`` as a few lists and arrays (:func:`unpack_steps` gives them back, equal field
-    by field and of the same dtypes)."""
-    first = recs[0]
-    dtypes = [getattr(first, f).dtype for f in _ARRAYS]
-    if any(getattr(r, f).dtype != d for r in recs for f, d in zip(_ARRAYS, dtypes, strict=True)):
-        return ("records", list(recs))  # mixed dtypes (a hand-made schedule): as they are
-    meta = [
-        (
-            r.step,
-            r.finished,
-            r.unscheduled,
-            r.new,
-            r.resumed,
-            [(o.kind, o.a, o.b, o.req_id) for o in r.ops],
-            r.req_ids,
-        )
-        for r in recs
-    ]
-    lens = np.array([[len(getattr(r, f)) for f in _ARRAYS] for r in recs], dtype=np.int64)
-    arrays = [np.concatenate([getattr(r, f) for r in recs]) for f in _ARRAYS]
-    return ("packed", meta, lens, arrays)
+    by field and of the same dtypes). A step whose ``req_ids`` equal the previous step's (the
+    layout did not change: two steps in three of a steady run) sends None for them."""
+    cols = [list(map(get, recs)) for get in _GETTERS]
+    for col in cols:
+        dtype = col[0].dtype
+        if any(a.dtype != dtype for a in col):
+            return ("records", list(recs))  # mixed dtypes (a hand-made schedule): as they are
+    meta = []
+    prev = None
+    for r in recs:
+        ids = r.req_ids
+        ops = [(o.kind, o.a, o.b, o.req_id) for o in r.ops] if r.ops else None
+        meta.append((r.step, r.finished, r.unscheduled, r.new, r.resumed, ops,
+                     None if ids == prev else ids))  # fmt: skip
+        prev = ids
+    lens = [list(map(len, col)) for col in cols]
+    return ("packed", meta, lens, [np.concatenate(col) for col in cols])
 
 
 def unpack_steps(packed: tuple) -> list[StepRecord]:
     if packed[0] == "records":
         return packed[1]
     _, meta, lens, arrays = packed
-    ends = np.cumsum(lens, axis=0)
-    starts, ends = (ends - lens).tolist(), ends.tolist()
+    fields = []  # per array field, each step's part
+    for a, sizes in zip(arrays, lens, strict=True):
+        parts, start = [], 0
+        for end in itertools.accumulate(sizes):
+            parts.append(a[start:end])
+            start = end
+        fields.append(parts)
     out = []
-    for (step, finished, unscheduled, new, resumed, ops, req_ids), s, e in zip(
-        meta, starts, ends, strict=True
+    ids: list[str] = []
+    for (step, finished, unscheduled, new, resumed, ops, req_ids), *v in zip(
+        meta, *fields, strict=True
     ):
-        v = [a[s[i] : e[i]] for i, a in enumerate(arrays)]
+        ids = list(ids) if req_ids is None else req_ids  # a list of its own, as sent
         out.append(
             StepRecord(
-                step=step,
-                finished=finished,
-                unscheduled=unscheduled,
-                new=new,
-                resumed=resumed,
-                ops=[RowOp(*op) for op in ops],
-                req_ids=req_ids,
-                num_scheduled=v[0],
-                num_computed=v[1],
-                num_prompt=v[2],
-                drafts=v[3],
-                accepted=v[4],
-                discard=v[5],
-                prev_positions=v[6],
-                prev_num_draft_tokens=v[7],
-            )
+                step,
+                finished,
+                unscheduled,
+                new,
+                resumed,
+                [RowOp(*op) for op in ops] if ops else [],
+                ids,
+                *v,
+            )  # fmt: skip
         )
     return out
 
