@@ -340,6 +340,41 @@ def test_streamed_run_writes_what_a_full_run_writes(tmp_path, scenario, steps, b
     ]
 
 
+@pytest.mark.parametrize("n_points", [1, 3])
+def test_streamed_reads_tables_are_the_kept_reads(n_points) -> None:
+    """The Arrow tables a streamed run gets (built without pandas) hold the kept table's rows,
+    columns and values, batch by batch."""
+    import pyarrow as pa
+
+    sched = build_schedule(BASE, 3, 90)
+    timings = [draw_timing(BASE.timing, s) for s in range(n_points)]
+    pol = POLICIES["unsynced"]
+    kept = simulate_points(sched, timings, pol, 3).reads
+    got: list[pa.Table] = []
+    simulate_points(sched, timings, pol, 3, keep_reads=False, on_reads=got.append, batch_steps=7)
+    assert len(got) > 1 and all(t.schema == point_reads.ARROW_READS_POINTS for t in got)
+    assert all(t.column("point").to_numpy().tolist() == sorted(t.column("point").to_numpy())
+               for t in got)  # fmt: skip
+    df = pa.concat_tables(got).to_pandas().astype(READ_COLUMNS_POINTS)
+    df = df.sort_values("point", kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(df, kept)
+
+
+def test_streamed_reads_file_has_the_schema_of_a_full_runs(tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    from sim.runs.run import run_policy, run_streaming, write_parquet
+
+    policy = POLICIES["synced-gather"]
+    run_streaming(tmp_path / "s", BASE, policy, 2, 40, batch_steps=16)
+    full = run_policy(build_schedule(BASE, 2, 40), BASE, policy, 2, trace=False)
+    write_parquet(tmp_path / "full.parquet", full.reads)
+    streamed = pq.ParquetFile(tmp_path / "s" / "reads.parquet").schema_arrow
+    assert streamed.equals(
+        pq.ParquetFile(tmp_path / "full.parquet").schema_arrow, check_metadata=True
+    )
+
+
 def test_sparse_nonzero_is_numpys_in_the_same_order() -> None:
     from sim.model.point_reads import _nonzero_2d
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from sim.model.policies import Policy
 from sim.model.reads import READ_COLUMNS, judged_reads
@@ -30,6 +31,11 @@ from sim.model.verdict import (
 )
 
 READ_COLUMNS_POINTS = {"point": "int32", **READ_COLUMNS}  # reads.parquet with the point index
+# READ_COLUMNS_POINTS as Arrow types, as pa.Table.from_pandas converts them (no metadata)
+ARROW_READS_POINTS = pa.Table.from_pandas(
+    pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS_POINTS.items()}),
+    preserve_index=False,
+).schema.remove_metadata()
 
 
 def _nonzero_2d(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +206,26 @@ class Accumulator:
         order = np.argsort(cols["point"], kind="stable")  # (step, point, row) -> (point, ...)
         df = pd.DataFrame({c: v[order] for c, v in cols.items()})
         return df.astype(READ_COLUMNS_POINTS)
+
+    def arrow_table(self) -> pa.Table:
+        """:meth:`table` as an Arrow table: the same columns, order and values (pandas'
+        ``string`` as ``large_string``, what ``pa.Table.from_pandas`` makes of it, with no
+        pandas metadata), built without pandas (and forget them). A streamed run writes these:
+        building the DataFrame and converting it back cost as much as the Parquet write."""
+        if not self.parts:
+            return ARROW_READS_POINTS.empty_table()
+        cols = {c: np.concatenate([p[c] for p in self.parts]) for c in READ_COLUMNS_POINTS}
+        self.parts = []
+        point = cols["point"]
+        order = None if self.P == 1 else np.argsort(point, kind="stable")
+        arrays = []
+        for f in ARROW_READS_POINTS:
+            v = cols[f.name] if order is None else cols[f.name][order]
+            if pa.types.is_large_string(f.type):
+                arrays.append(pa.array(v, type=f.type))
+            else:
+                arrays.append(pa.array(v.astype(f.type.to_pandas_dtype(), copy=False)))
+        return pa.Table.from_arrays(arrays, schema=ARROW_READS_POINTS)
 
     def summaries(self, fwd_first, fwd_last, wait_sum, sim_time) -> list[dict]:
         steps, tokens = self.steps, self.tokens

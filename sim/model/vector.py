@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from sim.errors import SpecraceError
 from sim.model.params import TimingParams, row_op_ns
@@ -169,7 +170,7 @@ def simulate_points(
     keep_timing: bool = True,
     steps: Iterable[StepRecord] | None = None,
     n_steps: int | None = None,
-    on_reads: Callable[[pd.DataFrame], None] | None = None,
+    on_reads: Callable[[pa.Table], None] | None = None,
     batch_steps: int = 4096,
 ) -> PointsResult:
     """Simulate ``schedule`` under ``policy`` once per timing point (all with ``seed``).
@@ -181,7 +182,8 @@ def simulate_points(
     Streaming (bounded memory, for long runs): pass the header as ``schedule``, the steps as
     an iterator ``steps`` (e.g. from :func:`sim.model.scheduling.iter_schedule`) with their
     count ``n_steps``, ``keep_timing=False``, and ``on_reads``: it receives the reads every
-    ``batch_steps`` steps (sorted by point within a batch) and nothing is kept; state is
+    ``batch_steps`` steps as a pyarrow Table (the columns of ``PointsResult.reads``, sorted by point
+    within a batch) and nothing is kept; state is
     O(points x rows) whatever the step count.
     """
     _check(timings)
@@ -361,7 +363,7 @@ def simulate_points(
         sim_end = mx(mx(sim_end, out_eng), mx(valid_end, w))
         acc.add_step(rec)
         if on_reads is not None and (n + 1) % batch_steps == 0 and acc.judged():
-            on_reads(acc.table())
+            on_reads(acc.arrow_table())
         fwd_first = fwd_start if n == 0 else fwd_first
         fwd_last = fwd_start
         wait_sum = wait_sum + wait
@@ -379,7 +381,7 @@ def simulate_points(
     acc.judged()
     if on_reads is not None:
         if acc.parts:
-            on_reads(acc.table())
+            on_reads(acc.arrow_table())
     else:
         res.reads = acc.table() if keep_reads else None
     res.gpu_wrong_steps = acc.gpu_steps

@@ -185,20 +185,21 @@ def run_streaming(
 
 
 class _ParquetSink:
-    """Reads tables appended as row groups of one Parquet file (READ_COLUMNS, no point)."""
+    """Reads tables (Arrow, from :func:`simulate_points`) appended as row groups of one
+    Parquet file: READ_COLUMNS (no point), with the pandas metadata of a reads.parquet that
+    :func:`write_parquet` writes."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.writer: pq.ParquetWriter | None = None
 
-    def __call__(self, df: pd.DataFrame) -> None:
-        table = pa.Table.from_pandas(df.drop(columns="point"), preserve_index=False)
+    def __call__(self, table: pa.Table) -> None:
         if self.writer is None:
             # No creation metadata that varies between runs (write_parquet's settings).
             self.writer = pq.ParquetWriter(
-                self.path, table.schema, compression="zstd", write_statistics=False
+                self.path, _READS_SCHEMA, compression="zstd", write_statistics=False
             )
-        self.writer.write_table(table.cast(self.writer.schema))
+        self.writer.write_table(table.drop_columns("point").cast(_READS_SCHEMA))
 
     def __enter__(self) -> _ParquetSink:
         return self
@@ -207,13 +208,18 @@ class _ParquetSink:
         if self.writer is not None:
             self.writer.close()
         elif exc[0] is None:  # no read at all: still a valid, empty table
-            empty = pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS.items()})
             pq.write_table(
-                pa.Table.from_pandas(empty, preserve_index=False),
+                _READS_SCHEMA.empty_table(),
                 self.path,
                 compression="zstd",
                 write_statistics=False,
             )
+
+
+# reads.parquet's schema: READ_COLUMNS as pandas converts them, with its metadata
+_READS_SCHEMA = pa.Table.from_pandas(
+    pd.DataFrame({c: pd.Series(dtype=t) for c, t in READ_COLUMNS.items()}), preserve_index=False
+).schema
 
 
 def versions() -> dict[str, str]:
