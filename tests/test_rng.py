@@ -13,6 +13,7 @@ from sim.model.rng import (
     jittered_ns_array,
     uniform,
     uniform_py,
+    uniforms_py,
 )
 
 keys = st.tuples(
@@ -26,6 +27,16 @@ def test_vectorized_equals_python_reference(key) -> None:
     seed, step, actor, slot = key
     seed_arr = np.array([seed], dtype=np.int64 if seed < 2**63 else np.uint64)
     assert float(uniform(seed_arr, step, actor, slot)[0]) == uniform_py(seed, step, actor, slot)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=keys, first=st.integers(0, 500), count=st.integers(0, 40))
+def test_a_steps_slots_in_python_equal_the_vectorized_ones(key, first, count) -> None:
+    seed, step, actor, _ = key
+    slots = range(first, first + count)
+    seed_arr = np.array([seed], dtype=np.int64 if seed < 2**63 else np.uint64)
+    want = uniform(seed_arr, step, actor, np.arange(first, first + count)).tolist()
+    assert uniforms_py(seed, step, actor, slots) == want
 
 
 def test_broadcast_and_range() -> None:

@@ -111,6 +111,16 @@ def uniform_py(seed: int, step: int, actor: int, slot: int) -> float:
     return (h >> 11) * _TO_UNIT
 
 
+def uniforms_py(seed: int, step: int, actor: int, slots: range) -> list[float]:
+    """``[uniform_py(seed, step, actor, s) for s in slots]``, the hash of the key's first three
+    fields computed once: one mix a slot. For a few slots (a step's row ops) this is several
+    times faster than :func:`uniform`, whose numpy calls cost about 35 us whatever the size."""
+    h = _mix_py((seed + GOLDEN) & MASK64)
+    for field in (step, actor):
+        h = _mix_py((h + (field & MASK64) + GOLDEN) & MASK64)
+    return [(_mix_py((h + (s & MASK64) + GOLDEN) & MASK64) >> 11) * _TO_UNIT for s in slots]
+
+
 def slow_uniforms(seed: int, n_steps: int) -> np.ndarray:
     """Per step the uniform that says whether the worker is slow (``u < worker_slow_prob``)."""
     return uniform(seed, np.arange(n_steps, dtype=np.int64), Actor.SLOW, 0)

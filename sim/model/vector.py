@@ -63,11 +63,14 @@ from sim.model.rng import (
     slow_uniforms,
     slowed_ns,
     uniform,
+    uniforms_py,
 )
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.verdict import KINDS  # kind codes 0..3
 
 __all__ = ["READ_COLUMNS_POINTS", "PointsResult", "simulate_points"]
+
+_FEW_OPS = 32  # up to this many row ops a step, their uniforms in Python (rng.uniforms_py)
 
 
 class _Means:
@@ -250,8 +253,13 @@ def simulate_points(
             else:
                 scale = m.worker_slow_factor if slow_u[n] < m.worker_slow_prob else 1.0
         if rec.ops:  # the row ops' slots follow the fixed ones (same keys as the SimPy tier)
-            slots = WorkerSlot.OP_BASE + np.arange(len(rec.ops), dtype=np.int64)
-            uw = uw + uniform(seed, n, Actor.WORKER, slots).tolist()
+            k_ops = len(rec.ops)
+            if k_ops <= _FEW_OPS:
+                slots = range(WorkerSlot.OP_BASE, WorkerSlot.OP_BASE + k_ops)
+                uw = uw + uniforms_py(seed, n, Actor.WORKER, slots)
+            else:
+                slots_a = WorkerSlot.OP_BASE + np.arange(k_ops, dtype=np.int64)
+                uw = uw + uniform(seed, n, Actor.WORKER, slots_a).tolist()
         # -- engine core ---------------------------------------------------------------
         if n >= lag:
             n_prev = recent[0].num_reqs
