@@ -11,6 +11,7 @@ from sim.model.rng import (
     hash64,
     jittered_ns,
     jittered_ns_array,
+    scalar_jitter,
     uniform,
     uniform_py,
     uniforms_py,
@@ -70,3 +71,13 @@ def test_step_draws_blocks_match_direct_keys() -> None:
         row = d.get(step)
         assert len(row) == 8 + extra[step]
         assert row == [uniform_py(11, step, 2, s) for s in range(len(row))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mean=st.one_of(st.integers(-5, 10**9), st.floats(-5.0, 1e9, allow_nan=False)),
+    u=st.floats(0.0, 1.0, exclude_max=True),
+    frac=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_inlined_jitter_is_jittered_ns(mean, u, frac) -> None:
+    assert scalar_jitter(frac)(mean, u) == jittered_ns(int(mean), u, frac)

@@ -60,6 +60,7 @@ from sim.model.rng import (
     WorkerSlot,
     jittered_ns,
     jittered_ns_array,
+    scalar_jitter,
     slow_uniforms,
     slowed_ns,
     uniform,
@@ -241,8 +242,15 @@ def simulate_points(
     )
     scale: Any = None
 
-    def wj(mean, u: float):
-        return m.jit(mean, u) if scale is None else m.jit(slowed_ns(mean, scale), u)
+    jit: Callable[[Any, float], Any] = m.jit
+    jit_gpu: Callable[[Any, float], Any] = m.jit_gpu
+    if scalar:  # every mean and fraction a Python number: the jitter's calls inlined
+        jit, jit_gpu = scalar_jitter(float(m.jitter_frac)), scalar_jitter(float(m.gpu_frac))
+
+    def slowed_jit(mean, u: float):
+        return jit(mean, u) if scale is None else jit(slowed_ns(mean, scale), u)
+
+    wj = jit if slow_u is None else slowed_jit  # a worker duration (slow phases scale it)
 
     for n, rec in enumerate(steps):
         recent.append(rec)
@@ -263,12 +271,12 @@ def simulate_points(
         # -- engine core ---------------------------------------------------------------
         if n >= lag:
             n_prev = recent[0].num_reqs
-            e = mx(e, out_at_engine[0]) + m.jit(
+            e = mx(e, out_at_engine[0]) + jit(
                 m.engine_update_ns_per_req * max(n_prev, 1), ue[EngineSlot.UPDATE]
             )
         sched_ns = m.engine_schedule_ns_base + m.engine_schedule_ns_per_req * rec.num_reqs
-        e = e + m.jit(sched_ns, ue[EngineSlot.SCHEDULE])
-        arrival = e + m.jit(m.engine_input_ipc_ns, ue[EngineSlot.INPUT_IPC])
+        e = e + jit(sched_ns, ue[EngineSlot.SCHEDULE])
+        arrival = e + jit(m.engine_input_ipc_ns, ue[EngineSlot.INPUT_IPC])
         sim_end = mx(sim_end, arrival)
         # -- worker: scheduler output, synchronize_input_prep, stall ----------------------
         w = mx(w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
@@ -331,11 +339,11 @@ def simulate_points(
         prep2_ns = m.worker_copy_to_gpu_ns + m.worker_prepare_inputs_ns // 2
         w = w + wj(prep2_ns, uw[WorkerSlot.PREPARE_2])
         # -- launch: prep, prepare_inputs_event, forward -----------------------------------
-        prep_end = mx(w, d_free) + m.jit_gpu(m.gpu_prep_ns, ug[GpuSlot.PREP])
+        prep_end = mx(w, d_free) + jit_gpu(m.gpu_prep_ns, ug[GpuSlot.PREP])
         w = w + wj(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
         fwd_ns = m.gpu_forward_ns_base + m.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
         fwd_start = mx(w, prep_end)
-        fwd_end = fwd_start + m.jit_gpu(fwd_ns, ug[GpuSlot.FORWARD])
+        fwd_end = fwd_start + jit_gpu(fwd_ns, ug[GpuSlot.FORWARD])
         if async_sched and n > 0:
             w = mx(w, valid_end_prev)
         sample_ns = m.worker_sample_tokens_ns
@@ -343,8 +351,8 @@ def simulate_points(
             sample_ns = sample_ns + m.worker_sample_tokens_ns_prefill
         w = w + wj(sample_ns, uw[WorkerSlot.SAMPLE_TOKENS])
         # -- sample_tokens(N): sampler, counts D2H, event records, drafter, output copy -----
-        d_sample = m.jit_gpu(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
-        d_d2h = m.jit_gpu(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
+        d_sample = jit_gpu(m.gpu_sample_ns, ug[GpuSlot.SAMPLE])
+        d_d2h = jit_gpu(m.dma_land_delay_ns, ug[GpuSlot.COUNTS_D2H])
         if (
             d_sample == 0 and d_d2h == 0
             if scalar
@@ -355,14 +363,14 @@ def simulate_points(
                 "tier needs the landing to be a GPU completion (use the SimPy tier: --engine simpy)"
             )
         land = mx(w, fwd_end) + d_sample + d_d2h
-        valid_end = mx(mx(w, valid_free), land) + m.jit_gpu(
+        valid_end = mx(mx(w, valid_free), land) + jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.VALID_COUNT_D2H]
         )
-        drafter_end = land + m.jit_gpu(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
-        out_end = mx(mx(w, out_free), drafter_end) + m.jit_gpu(
+        drafter_end = land + jit_gpu(m.gpu_drafter_ns, ug[GpuSlot.DRAFTER])
+        out_end = mx(mx(w, out_free), drafter_end) + jit_gpu(
             m.dma_land_delay_ns, ug[GpuSlot.OUTPUT_D2H]
         )
-        out_eng = out_end + m.jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])
+        out_eng = out_end + jit(m.engine_output_ipc_ns, ue[EngineSlot.OUTPUT_IPC])
         out_at_engine.append(out_eng)
         if not async_sched:
             w = mx(w, out_end)

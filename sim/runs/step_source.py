@@ -114,7 +114,7 @@ def pack_steps(recs: Sequence[StepRecord]) -> tuple:
         dtype = col[0].dtype
         if any(a.dtype != dtype for a in col):
             return ("records", list(recs))  # mixed dtypes (a hand-made schedule): as they are
-    meta = []
+    meta: list[tuple] = []
     prev = None
     for r in recs:
         ids = r.req_ids
