@@ -126,17 +126,17 @@ def test_errors_of_the_second_process_are_raised_here(tmp_path: Path) -> None:
 
 
 def _open_apart(source, tmp_path: Path) -> None:
-    with StepsFromProcess(source, "parquet", tmp_path / "x.parquet"):
+    with StepsFromProcess(source):
         pass
 
 
 def test_a_second_process_that_dies_or_is_left_early_is_seen_and_stopped(tmp_path: Path) -> None:
     source = functools.partial(generated, BASE, 0, 200_000)
-    pipe = StepsFromProcess(source, "parquet", tmp_path / "a.parquet")
+    pipe = StepsFromProcess(source)
     with pipe as (_, steps, n):
         assert n == 200_000 and next(steps).step == 0
     assert pipe._proc.exitcode is not None  # stopped, not left running
-    pipe = StepsFromProcess(source, "parquet", tmp_path / "b.parquet")
+    pipe = StepsFromProcess(source)
     with pipe as (_, steps, _n):
         next(steps)
         os.kill(pipe._proc.pid, signal.SIGKILL)

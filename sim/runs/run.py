@@ -12,6 +12,7 @@ whatever the step count (no trace).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 from collections.abc import Iterable
@@ -153,16 +154,18 @@ def run_streaming(
 
     def write_reads(reads_tmp: Path) -> None:
         def write_schedule(sched_tmp: Path) -> None:
-            if apart:
-                pipe = StepsFromProcess(open_source, schedule_format, sched_tmp)
-                with pipe as (head, steps_in, n):
-                    simulate(head, steps_in, n, reads_tmp)
-                if stats is not None:
-                    stats["schedule_process_peak_rss_kib"] = pipe.child_peak_rss_kib
-                return
-            head, steps_in, n = open_source()
-            with writing_schedule(schedule_format, sched_tmp, head, steps_in) as teed:
+            with contextlib.ExitStack() as stack:
+                if apart:
+                    pipe = StepsFromProcess(open_source)
+                    head, steps_in, n = stack.enter_context(pipe)
+                else:
+                    head, steps_in, n = open_source()
+                teed = stack.enter_context(
+                    writing_schedule(schedule_format, sched_tmp, head, steps_in)
+                )
                 simulate(head, teed, n, reads_tmp)
+            if apart and stats is not None:
+                stats["schedule_process_peak_rss_kib"] = pipe.child_peak_rss_kib
 
         atomic_write(out / f"schedule.{schedule_format}", write_schedule)
 

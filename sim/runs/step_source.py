@@ -1,19 +1,20 @@
-"""The steps of a streamed run and the schedule file they are written to, in this process or in
-a second one.
+"""The steps of a streamed run and the schedule file they are written to, from this process or
+from a second one.
 
 A streamed run (:func:`sim.runs.run.run_streaming`) takes its steps from a *source* (the
 scheduler building them, or a schedule file read step by step), writes each to the run's
-schedule file and simulates it. Building (or reading) and writing the schedule is about half
-of the work, the vector tier the other half, and neither needs the other's result to go on:
-:class:`StepsFromProcess` runs the first half in a second process, which sends the steps over
-a pipe a chunk at a time, so that on two cores the two halves overlap. The steps, the schedule
-file and so every output are the same bytes either way (tests/test_long_runs.py).
+schedule file and simulates it. Building (or reading) the steps is about half of the work;
+writing the schedule, the vector tier and its reads the other half; neither needs the other's
+result to go on: :class:`StepsFromProcess` runs the source in a second process, which sends
+the steps over a pipe a chunk at a time, so that on two cores the two halves overlap. The
+schedule file is written here (:func:`writing_schedule`, either way): with it there, that
+process had the larger half. The steps, the schedule file and so every output are the same
+bytes either way (tests/test_long_runs.py).
 
 A chunk crosses the pipe as one pickle of :func:`pack_steps`: the per-row arrays of all its
 steps concatenated field by field, so that a chunk is a few large arrays and lists rather
 than thousands of small objects (a pickle of the records themselves costs about as much as
-building them).
-"""
+building them)."""
 
 from __future__ import annotations
 
@@ -158,10 +159,10 @@ def unpack_steps(packed: tuple) -> list[StepRecord]:
     return out
 
 
-def _produce(conn, open_source: OpenSource, fmt: str, path: Path) -> None:
+def _produce(conn, open_source: OpenSource) -> None:
     """The second process: open the source, send its header, then its steps a chunk at a
-    time while writing them to ``path``; last ``done`` and this process's peak RSS (KiB), or
-    the error that stopped it. Ctrl-C is the parent's to take (it ends this process).
+    time; last ``done`` and this process's peak RSS (KiB), or the error that stopped it.
+    Ctrl-C is the parent's to take (it ends this process).
 
     A thread sends, from a queue of up to :data:`QUEUE_CHUNKS` chunks, so that building goes
     on while the parent is busy with earlier ones. The sending is here, not a receiving
@@ -199,9 +200,8 @@ def _produce(conn, open_source: OpenSource, fmt: str, path: Path) -> None:
     try:
         head, steps, n = open_source()
         send(("head", head, n))
-        with writing_schedule(fmt, path, head, steps) as teed:
-            while chunk := list(itertools.islice(teed, CHUNK_STEPS)):
-                send(("steps", pack_steps(chunk)))
+        while chunk := list(itertools.islice(steps, CHUNK_STEPS)):
+            send(("steps", pack_steps(chunk)))
         send(("done", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     except (BrokenPipeError, ConnectionResetError):  # the parent has gone: nobody to tell
         pass
@@ -219,13 +219,12 @@ def _produce(conn, open_source: OpenSource, fmt: str, path: Path) -> None:
 
 
 class StepsFromProcess:
-    """``with StepsFromProcess(open_source, fmt, path) as (head, steps, n):`` the source's
-    header, steps and count, the steps built (or read) and written to ``path`` in a second
-    process. The steps end once the file is complete; an error there is raised here (a
-    :class:`SpecraceError` stays one); leaving the block early stops the other process."""
+    """``with StepsFromProcess(open_source) as (head, steps, n):`` the source's header, steps
+    and count, the steps built (or read) in a second process. An error there is raised here
+    (a :class:`SpecraceError` stays one); leaving the block early stops the other process."""
 
-    def __init__(self, open_source: OpenSource, fmt: str, path: Path) -> None:
-        self.args = (open_source, fmt, path)
+    def __init__(self, open_source: OpenSource) -> None:
+        self.open_source = open_source
         self.child_peak_rss_kib = 0  # the other process's peak RSS, known once done
         self._proc: Any = None
         self._conn: Any = None
@@ -233,7 +232,7 @@ class StepsFromProcess:
     def __enter__(self) -> Source:
         ctx = processes.context(["sim.runs.step_source"])
         recv, send = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_produce, args=(send, *self.args), daemon=True)
+        self._proc = ctx.Process(target=_produce, args=(send, self.open_source), daemon=True)
         self._conn = recv
         try:
             try:
