@@ -148,6 +148,25 @@ def test_the_workload_is_the_same_drawn_in_blocks(monkeypatch: pytest.MonkeyPatc
         assert all(np.array_equal(a.accepted, b.accepted) for a, b in zip(got, ref, strict=True))
 
 
+def test_the_scheduler_state_shares_the_drawn_counts_or_copies_them() -> None:
+    """ReqStates takes the workload's one array of counts instead of a copy, only where every
+    request's counts lie back to back in it; any other list is copied, to the same values."""
+    from sim.model.params import load_scenario
+    from sim.model.scheduler_rules import ReqStates
+    from sim.model.workload import draw_workload
+
+    reqs = draw_workload(load_scenario("qwen35-mtp3"), 5, 300)
+    want = np.concatenate([r.accepted for r in reqs])
+    st = ReqStates(reqs)
+    assert np.array_equal(st.accepted_flat, want)
+    assert np.shares_memory(st.accepted_flat, reqs[0].accepted)
+    suffix, swapped, every_other = reqs[1:], [reqs[1], reqs[0], *reqs[2:]], reqs[::2]
+    for other, shared in ((suffix, True), (swapped, False), (every_other, False)):
+        st = ReqStates(other)
+        assert np.array_equal(st.accepted_flat, np.concatenate([r.accepted for r in other]))
+        assert np.shares_memory(st.accepted_flat, reqs[1].accepted) == shared
+
+
 def test_align_cut_follows_vllms_block_aligned_split() -> None:
     """vLLM v0.24.0's ``_mamba_block_aligned_split`` with block 80 and MTP (EAGLE-type): the
     recorded vLLM run (data/vllm/v0.24.0/align_s16_d0ms) scheduled 160 of a 300-token prompt

@@ -82,14 +82,32 @@ class ReqStates:
     def _set_accepted(self, requests: list[Request], drawn: np.ndarray) -> None:
         lens = np.array([len(r.accepted) for r in requests], dtype=np.int64)
         self.accepted_end = np.cumsum(lens)
-        self.accepted_flat = (
-            np.concatenate([r.accepted for r in requests]).astype(np.int8)  # 1..k+1 <= 16
-            if requests
-            else np.zeros(0, np.int8)
-        )
+        self.accepted_flat = _back_to_back([r.accepted for r in requests], lens)
         self.accepted_max = int(self.accepted_flat.max()) if len(self.accepted_flat) else 1
         # each request's offset + its drafted steps so far
         self.spec_pos = self.accepted_end - lens + drawn
+
+
+def _back_to_back(arrays: list[np.ndarray], lens: np.ndarray) -> np.ndarray:
+    """``arrays`` end to end as int8 (counts 1..k+1 <= 16). Where they already lie so, views of
+    one int8 array in order (what :func:`sim.model.workload.draw_workload` draws), that
+    array's span itself, read-only here: a 10^6-step run's counts are 200 MB, and a copy
+    costs more than the check of every view's address."""
+    if not arrays:
+        return np.zeros(0, np.int8)
+    base = arrays[0].base
+    if (
+        isinstance(base, np.ndarray)
+        and base.dtype == np.int8
+        and base.ndim == 1
+        and base.flags.c_contiguous
+        and all(a.base is base and a.dtype == np.int8 and a.flags.c_contiguous for a in arrays)
+    ):
+        addr = np.fromiter((a.ctypes.data for a in arrays), np.int64, len(arrays))
+        start = int(addr[0]) - base.ctypes.data
+        if np.array_equal(np.diff(addr), lens[:-1]):
+            return base[start : start + int(lens.sum())]
+    return np.concatenate(arrays).astype(np.int8)
 
 
 _ACCEPTED = ("accepted_end", "accepted_flat", "spec_pos")

@@ -69,15 +69,19 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
     # One row of k uniforms per possible speculative step (each emits >= 1 token), request
     # after request, drawn a block of requests at a time (the same stream of numbers as one
     # request at a time, in bounded memory).
-    accepted: list[np.ndarray] = []
+    # Every request's counts lie back to back in one array, each request's a view of it (the
+    # scheduler's state takes the array itself: sim.model.scheduler_rules.ReqStates).
     ends = np.cumsum(output)
+    flat = np.empty(int(ends[-1]) if n else 0, dtype=np.int8)
     lo = 0
     while lo < n:
         start = int(ends[lo - 1]) if lo else 0
         hi = max(int(np.searchsorted(ends, start + ROWS_PER_DRAW, side="right")), lo + 1)
-        block = _accepted_counts(rng.random((int(ends[hi - 1]) - start, k)) < probs)
-        accepted += np.split(block, (ends[lo : hi - 1] - start).tolist())
+        stop = int(ends[hi - 1])
+        flat[start:stop] = _accepted_counts(rng.random((stop - start, k)) < probs)
         lo = hi
+    bounds = ends.tolist()
+    accepted = [flat[a:b] for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
     # Drawn last, and only when asked for: every earlier draw is the same with or without.
     eos = (rng.random(n) < w.eos_fraction).tolist() if w.eos_fraction > 0 else [False] * n
     return [
