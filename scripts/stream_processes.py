@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "stream.json", {
         "what": "run_streaming (sim run --stream), qwen35-mtp3, align, seed 0, schedule.parquet: "
                 "wall seconds after the imports, each run a fresh process; workers 2 builds "
-                "and writes the schedule in a second process",
+                "the schedule in a second process (which also wrote it before 6f2272f)",
         **environment("cpu"), "tag": a.tag, "cpu": cpu_model(), "cores": os.cpu_count(),
         "platform": platform.platform(), "versions": versions(), "steps": steps_list,
         "repeats": a.repeats, "same_bytes": same, "python_ceiling_2": two,
