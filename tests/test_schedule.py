@@ -155,11 +155,14 @@ def test_the_scheduler_state_shares_the_drawn_counts_or_copies_them() -> None:
     from sim.model.scheduler_rules import ReqStates
     from sim.model.workload import draw_workload
 
-    reqs = draw_workload(load_scenario("qwen35-mtp3"), 5, 300)
+    sc = load_scenario("qwen35-mtp3")
+    reqs = draw_workload(sc, 5, 300)
     want = np.concatenate([r.accepted for r in reqs])
     st = ReqStates(reqs)
     assert np.array_equal(st.accepted_flat, want)
     assert np.shares_memory(st.accepted_flat, reqs[0].accepted)
+    none = replace(sc.workload, initial_requests=0, arrival_rate_per_step=0.0)
+    assert draw_workload(replace(sc, workload=none), 5, 300) == []  # no request: no counts
     suffix, swapped, every_other = reqs[1:], [reqs[1], reqs[0], *reqs[2:]], reqs[::2]
     for other, shared in ((suffix, True), (swapped, False), (every_other, False)):
         st = ReqStates(other)

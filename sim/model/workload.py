@@ -81,7 +81,8 @@ def draw_workload(scenario: Scenario, seed: int, num_steps: int) -> list[Request
         flat[start:stop] = _accepted_counts(rng.random((stop - start, k)) < probs)
         lo = hi
     bounds = ends.tolist()
-    accepted = [flat[a:b] for a, b in zip([0, *bounds[:-1]], bounds, strict=True)]
+    starts = [0, *bounds[:-1]][: len(bounds)]  # none without requests
+    accepted = [flat[a:b] for a, b in zip(starts, bounds, strict=True)]
     # Drawn last, and only when asked for: every earlier draw is the same with or without.
     eos = (rng.random(n) < w.eos_fraction).tolist() if w.eos_fraction > 0 else [False] * n
     return [
