@@ -107,10 +107,7 @@ def _mix_py(z: int) -> int:
 
 def uniform_py(seed: int, step: int, actor: int, slot: int) -> float:
     """:func:`uniform` on Python integers: the reference the vectorized hash must equal."""
-    h = _mix_py((seed + GOLDEN) & MASK64)
-    for field in (step, actor, slot):
-        h = _mix_py((h + (field & MASK64) + GOLDEN) & MASK64)
-    return (h >> 11) * _TO_UNIT
+    return uniforms_py(seed, step, actor, range(slot, slot + 1))[0]
 
 
 def uniforms_py(seed: int, step: int, actor: int, slots: range) -> list[float]:

@@ -106,7 +106,9 @@ def _back_to_back(arrays: list[np.ndarray], lens: np.ndarray) -> np.ndarray:
         addr = np.fromiter((a.ctypes.data for a in arrays), np.int64, len(arrays))
         start = int(addr[0]) - base.ctypes.data
         if np.array_equal(np.diff(addr), lens[:-1]):
-            return base[start : start + int(lens.sum())]
+            span = base[start : start + int(lens.sum())]
+            span.flags.writeable = False  # the workload's own counts
+            return span
     return np.concatenate(arrays).astype(np.int8)
 
 
