@@ -150,3 +150,15 @@ def test_bench_waits_times_each_command_in_loop_units(monkeypatch, capsys) -> No
         ("README sweep, --workers 1", ["params"], None),
     ])  # fmt: skip
     assert waits.main(fmt="json") == 1
+
+
+def test_bench_without_git_history_says_the_builders_were_not_compared(monkeypatch, capsys) -> None:
+    """An installed copy has no git history: no 'before' figures, and the line says why."""
+    import sim.explore.bench as bench
+
+    monkeypatch.setattr(bench, "old_build_schedule", lambda: None)
+    assert bench.main(40, points=10, vector_steps=20, sample=2, long_steps=0) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("schedule: "))
+    assert "not compared: no git history" in line and "speedup=" not in line
+    assert "schedule_speedup" not in json.loads(out.strip().splitlines()[-1])
