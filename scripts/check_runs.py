@@ -80,7 +80,7 @@ def state_key(e: EngineRun, with_capacity: bool) -> bytes:
 
 
 _PER_REQUEST = [a for a in _ARRAYS if a not in _ACCEPTED]
-PARTS = ("engine", "requests", "steps in flight", "rows", "layout", "waiting", "running", "step",
+PARTS = ("engine", "requests", "steps in flight", "rows", "waiting", "running", "step",
          "capacity interval")  # fmt: skip
 
 
@@ -108,8 +108,7 @@ def parent_key(root, run, cap_iv: tuple[int, int]) -> tuple:
             tuple(st.accepted_flat[st.spec_pos[i] : st.accepted_end[i]].tolist()),
             out,
             max(run.out_logs[i], default=-1) if out is None else None,
-            int(e.row_arr[i]),
-            int(e.prev_arr[i]),
+            int(e.prev_arr[i]),  # its row in the previous step's sampled rows (-1: none)
         ))  # fmt: skip
     in_flight = tuple(
         (t - e.step_no, tuple(order[int(i)] for i in b.idx),
@@ -128,8 +127,7 @@ def parent_key(root, run, cap_iv: tuple[int, int]) -> tuple:
         (root.budget, root.threshold_is_one, root.eos),  # the root's engine (the mode aside)
         tuple(reqs),
         in_flight,
-        rows,
-        tuple(order[int(i)] for i in e.prev_req_of_row.tolist()),
+        rows,  # the layout too (prev_req_of_row: the rows after condense, no holes)
         tuple(order[i] for i in e.waiting),
         tuple(order[i] for i in e.running.ids),
         (e.step_no, e.prev_drafts_len, e.next_arrival - len(st.req_ids)),

@@ -337,3 +337,30 @@ def test_sweep_scaling_figures_are_the_committed_runs() -> None:
     assert (f"{span('vector', 1, '.1f')} s on the vector tier in this process, "
             f"{span('vector', 2, '.1f')} s on 2 worker processes") in flat  # fmt: skip
     assert f"{span('simpy', 1, '.0f')} s on the SimPy tier" in flat
+
+
+def test_bench_table_today_is_the_committed_runs() -> None:
+    """The "today" column of the README's `sim bench` table: the two committed runs
+    (data/bench/waits/bench-2026-12-04.jsonl), written as ranges."""
+    rows = [
+        json.loads(x)
+        for x in (ROOT / "data/bench/waits/bench-2026-12-04.jsonl").read_text().splitlines()
+    ]
+
+    def span(key: str, fmt: str, step: int = 0) -> str:
+        ends = (f(r[key] for r in rows) for f in (min, max))
+        lo, hi = (fmt.format(round(v, -step) if step else v) for v in ends)
+        return lo if lo == hi else f"{lo}–{hi}"
+
+    flat = " ".join(README.split())
+    cells = [
+        f"| {span('ratio', '{:.3f}')} / {span('ratio_mix', '{:.3f}')} | ≥ 0.3 |",
+        f"| {span('vector_over_simpy', '{:.1f}')}× | ≥ 500× |",
+        f"| {span('vector_s', '{:.2f}')} CPU s | < 5 s |",
+        f"| {span('schedule_speedup', '{:.2f}')}× "
+        f"({span('schedule_steps_per_s', '{:,.0f}', 2)} steps/s) | ≥ 3× |",
+        f"| {span('peak_rss_mb_streamed_20000', '{:.0f}')} MB at 20,000 steps | < 2 GB at 10^6 |",
+        f"agree for the first {rows[-1]['schedule_steps_same_before_after']} steps",
+    ]
+    for cell in cells:
+        assert cell in flat, cell
