@@ -137,7 +137,7 @@ def parent_key(root, run, cap_iv: tuple[int, int]) -> tuple:
 
 class CountingChecker(search.Checker):
     """Counts where its runs go; the search's explorer (one, in this process) is one too, and
-    its counts are added in ``counted``."""
+    its counts are added up by ``counted``."""
 
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
@@ -157,19 +157,11 @@ class CountingChecker(search.Checker):
         self.explorers.append(e)
         return e
 
-    def counted(self) -> tuple[Counter, Counter]:
-        by_part, leaves = Counter(self.by_part), Counter(self.leaves)
-        for e in self.explorers:
-            by_part.update(e.by_part)
-            leaves.update(e.leaves)
-        return by_part, leaves
-
-    def parent_counts(self) -> tuple[Counter, Counter]:
-        origin, differs = Counter(self.origin), Counter(self.differs)
-        for e in self.explorers:
-            origin.update(e.origin)
-            differs.update(e.differs)
-        return origin, differs
+    def counted(self, *names: str) -> tuple[Counter, ...]:
+        """The named counters of this checker and its explorers, added up."""
+        return tuple(
+            sum((getattr(c, n) for c in (self, *self.explorers)), Counter()) for n in names
+        )
 
     def _expand(self, root, pols, reqs, cap_iv, records, frontiers, out_lens, cap_len, parent):
         if self.parents and len(records) == self.space.steps - 1:
@@ -250,7 +242,7 @@ def main() -> int:
     print(f"R={args.max_rows} S={args.steps} k={args.k}: {res.runs:,} runs, {res.nodes:,} nodes, "
           f"{n_sched:,} distinct schedules, {elapsed:.1f} s counted")  # fmt: skip
     print("| step | part | runs | share |\n|---:|---|---:|---:|")
-    by_part, leaves = checker.counted()
+    by_part, leaves = checker.counted("by_part", "leaves")
     for (step, part), n in sorted(by_part.items()):
         print(f"| {step} | {part} | {n:,} | {100 * n / res.runs:.1f} % |")
     new, seen = leaves["new"], leaves["seen"]
@@ -263,7 +255,7 @@ def main() -> int:
               f"{len(states[False]):,} leaving out the KV capacity "
               f"({n / max(len(states[False]), 1):.2f} each)")  # fmt: skip
     if args.parents:
-        origin, differs = checker.parent_counts()
+        origin, differs = checker.counted("origin", "differs")
         print("\nrepeated last-step children, by where they come from:")
         for what, n in origin.most_common():
             print(f"  {what}: {n:,} ({100 * n / max(seen, 1):.1f} %)")
