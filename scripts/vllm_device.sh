@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the folder scripts/vllm_inputs.sh built (carried as .vllmcarry):
 #   cd .vllmcarry && MODES=align,none CONFIGS=16:0,64:0 bash run.sh
-#   RUN_TIMEOUT bounds vllm-run (s, default 590); TAG names the results (default the version); RUN_ARGS adds vllm-run options (--runner v2)
+#   RUN_TIMEOUT bounds vllm-run (s, default 590; leave time for the exports); TAG names the results (default the version);
+#   RUN_ARGS adds vllm-run options (--runner v2: MRv2, the only runner from vLLM 0.34.0); SAVE_TRITON=1 returns the Triton cache
 # Runs `python -m gpu_check vllm-run` with this folder's code, then exports every raw record
 # and packs results into $OUT (8 files at most come back: the raw records travel as one tar).
 set -o pipefail

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Build the folder the GPU machine needs for `python -m gpu_check vllm-run` (run it here, on
 # the workstation, with network; the GPU machine has none). A second run reuses the downloads.
-#   scripts/vllm_inputs.sh [DEST]          DEST defaults to .vllmcarry (git-ignored)
-#   SPECRACE_VLLM_VERSION=0.33.0 ...       another vLLM release (default 0.24.0)
+#   scripts/vllm_inputs.sh [DEST]          DEST defaults to .vllmcarry (list it in .git/info/exclude
+#                                          and name it in the run's carry)
+#   SPECRACE_VLLM_VERSION=0.33.0 ...       another vLLM release (default 0.24.0); 0.34.0 and later
+#                                          have MRv2 only: run there with RUN_ARGS=--runner v2
+#   SRC_REV=HEAD ...                       src/ from that commit (git archive), not the work tree,
+#                                          so uncommitted edits in a shared tree stay behind
+#   TRITON_TGZ=path/triton_cache.tgz ...   a Triton cache from an earlier call (SAVE_TRITON=1 in
+#                                          run.sh): MRv2 compiles its kernels cold, 165-183 s
 # DEST then holds (gpu_check/vllm/carry.py says what each part stands in for):
 #   vllm-<V>.zip  the wheel's .py files + dist-info: no .so, no vendored headers, no tuned JSON
 #   whl/          the small wheels `import vllm` needs that the GPU image lacks, pinned, + simpy
 #   stubs/        import stubs for the structured-output backends (never used by the run)
 #   src/          this checkout's sim/ and gpu_check/ (the code the GPU machine runs)
 #   run.sh        scripts/vllm_device.sh
+#   COMMIT        the commit src/ is (SRC_REV), or HEAD's with "+dirty" when the tree had edits
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 dest="$(realpath -m "${1:-$repo/.vllmcarry}")"
@@ -70,7 +77,19 @@ mkdir -p "$dest/src"
 (cd "$repo" && PYTHONPATH="$repo" "$py" -c \
     "import sys; from pathlib import Path; from gpu_check.vllm.carry import write_stubs; write_stubs(Path(sys.argv[1]))" \
     "$dest/stubs")
-tar -C "$repo" --exclude=__pycache__ -cf - sim gpu_check | tar -C "$dest/src" -xf -
+if [[ -n "${SRC_REV:-}" ]]; then
+    git -C "$repo" archive "$SRC_REV" sim gpu_check | tar -C "$dest/src" -xf -
+    git -C "$repo" rev-parse "$SRC_REV" > "$dest/COMMIT"
+else
+    tar -C "$repo" --exclude=__pycache__ -cf - sim gpu_check | tar -C "$dest/src" -xf -
+    if ! rev="$(git -C "$repo" rev-parse HEAD 2>/dev/null)"; then
+        rev=uncommitted
+    elif [[ -n "$(git -C "$repo" status --porcelain -- sim gpu_check)" ]]; then
+        rev="$rev+dirty"  # src/ holds edits that no commit has
+    fi
+    echo "$rev" > "$dest/COMMIT"
+fi
 cp "$repo/scripts/vllm_device.sh" "$dest/run.sh"
-git -C "$repo" rev-parse HEAD > "$dest/COMMIT" 2>/dev/null || echo uncommitted > "$dest/COMMIT"
+rm -f "$dest/triton_cache.tgz"
+if [[ -n "${TRITON_TGZ:-}" ]]; then cp "$TRITON_TGZ" "$dest/triton_cache.tgz"; fi
 du -sh "$dest"

@@ -16,6 +16,16 @@ layers were given against what step N produced. Per engine step:
   ``num_sampled`` and ``idx_mapping`` (the truth: the count each request's slot gets).
 
 No hook synchronizes. ``level="timing"`` keeps only the step clock and the GPU delay.
+
+The same hooks serve 0.33.0 and 0.34.0 (0.34.0 has MRv2 only): the hooked methods and the
+count path did not change between them (:data:`HOOK_POINTS`; ``tests/gpu_check/
+test_vllm_recorders.py`` checks each against a release's source). In
+``vllm/v1/worker/gpu/model_states/mamba_hybrid.py``, 0.33.0 / 0.34.0: the slot counts
+``num_accepted_tokens_gpu`` L86 / L90, 1 on ``add_request`` L115 / L126, the gather in
+``prepare_attn`` L277 / L296, the scatter and fill kernels of ``postprocess_state`` L363-374 /
+L401-412; ``model_runner.py`` calls ``preprocess_state`` (align's block-crossing reset to 1)
+before ``prepare_attn``: L1870, L1967 / L1932, L2035. What 0.34.0 added beside the counts
+(ReplaySSM, ``use_flashinfer_replayssm``, the extensible KV cache) is off in these runs.
 """
 
 from __future__ import annotations
@@ -23,6 +33,17 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_check.vllm.instrument import Hooks, now
+
+# What the hooks rely on, per object: method -> the parameters it reads, in call order (the
+# hooks take ``input_batch`` / ``idx_mapping, num_sampled`` positionally and ``for_capture``
+# by keyword, as ``model_runner.py`` passes them).
+HOOK_POINTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "runner": {"execute_model": ("scheduler_output",)},
+    "model_state": {
+        "prepare_attn": ("input_batch", "for_capture"),
+        "postprocess_state": ("idx_mapping", "num_sampled"),
+    },
+}
 
 
 def is_v2_runner(runner: Any) -> bool:

@@ -18,7 +18,13 @@ Engine set-up that is not vLLM's default, and why:
   the hooks can reach the runner. The order of ``schedule``/``execute_model``/``sample_tokens``
   is the same as with the multiprocess engine; the IPC latencies are absent;
 - ``VLLM_USE_V2_MODEL_RUNNER=0``: the V1 runner, where the race lives (docs/versions.md);
-  ``--runner v2`` sets it to 1 instead, and MRv2 is recorded by ``instrument_v2``;
+  ``--runner v2`` sets it to 1 instead, and MRv2 is recorded by ``instrument_v2``. vLLM 0.34.0
+  removed the V1 runner (``platforms/interface.py`` raises for any other value): from 0.34.0
+  ``--runner v1`` is refused before vLLM is built;
+- from 0.34.0, ``enable_extensible_kv_cache=False``: 0.34.0 turns on by default a KV cache in
+  driver-mapped virtual memory (``config/vllm.py`` ``_resolve_extensible_kv_cache``), which
+  no earlier release had; off, the KV cache is allocated as in 0.33.0. The accepted counts
+  never live in the KV cache;
 - ``enforce_eager``: no CUDA graphs or torch.compile (a cold compile would not fit a session);
 - Qwen3-Next's model class insists on at least one MoE layer; ``_allow_no_experts`` lets its
   ``set_moe_parameters`` accept zero, since the tiny model has dense MLPs only.
@@ -29,6 +35,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, replace
@@ -133,6 +140,35 @@ def _scheduler(llm: Any) -> Any:
     return llm.llm_engine.engine_core.engine_core.scheduler
 
 
+def set_concurrency(llm: Any, max_num_seqs: int) -> None:
+    """A configuration's concurrency on an engine built for the largest. From 0.33.0 the
+    scheduler admits into RUNNING against ``max_num_active_reqs``, a copy of
+    ``max_num_running_reqs`` made at start-up (``v1/core/sched/scheduler.py`` L134-138 and
+    L1073 in 0.33.0, L132-136 and L1096 in 0.34.0): set both, or a configuration smaller than
+    the engine admits the engine's capacity."""
+    sched = _scheduler(llm)
+    sched.max_num_running_reqs = max_num_seqs
+    if hasattr(sched, "max_num_active_reqs"):
+        sched.max_num_active_reqs = max_num_seqs
+
+
+def release(version: str) -> tuple[int, ...]:
+    """``"0.34.0"`` -> (0, 34, 0); what follows the numbers (``rc1``, ``+cu130``) is dropped."""
+    m = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(x) for x in m.group().split(".")) if m else ()
+
+
+NO_V1_RUNNER = (0, 34)  # vLLM 0.34.0 removed the V1 model runner
+
+
+def runner_refusal(runner: str, version: str) -> str | None:
+    """Why ``--runner`` cannot run on ``version`` (None: it can)."""
+    if runner == "v1" and version and release(version) >= NO_V1_RUNNER:
+        return (f"vLLM {version} has no V1 model runner (removed in 0.34.0; "
+                "VLLM_USE_V2_MODEL_RUNNER=0 raises): pass --runner v2")  # fmt: skip
+    return None
+
+
 def _resolved(runner: Any) -> dict[str, Any]:
     vc = runner.vllm_config
 
@@ -155,16 +191,21 @@ def _resolved(runner: Any) -> dict[str, Any]:
         "target_model": safe(lambda: type(runner.model).__name__),
         "max_concurrent_batches": safe(lambda: vc.max_concurrent_batches),
         "max_num_reqs": safe(lambda: runner.max_num_reqs),
+        "extensible_kv_cache": safe(lambda: vc.cache_config.enable_extensible_kv_cache),
     }
 
 
 def build_llm(engine: EngineConfig, model_dir: Path) -> tuple[Any, dict[str, Any]]:
     import torch
+    import vllm
     from vllm import LLM
 
     _allow_no_experts()
+    kwargs = engine.llm_kwargs(str(model_dir))
+    if release(vllm.__version__) >= (0, 34):  # see the module docstring
+        kwargs["enable_extensible_kv_cache"] = False
     t = time.time()
-    llm = LLM(**engine.llm_kwargs(str(model_dir)))
+    llm = LLM(**kwargs)
     info: dict[str, Any] = {"init_s": round(time.time() - t, 1)}
     runner = _runner(llm)
     drafter = _drafter(runner)
@@ -246,7 +287,7 @@ def run_config(
     v2 = is_v2_runner(runner)
     if v2:
         Recorder = RecorderV2  # type: ignore[assignment,misc]  # noqa: N806
-    _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
+    set_concurrency(llm, cfg.max_num_seqs)
     reqs = workload(cfg)
     result: dict[str, Any] = {"config": cfg.to_dict()}
 
@@ -314,7 +355,7 @@ def run_reference(
     """The same requests on an engine with async scheduling off: no hooks, no GPU delay (with
     async off the schedule does not depend on timing), the same request ids as the
     instrumented pass; writes ``ref_<mode>_<name>.json``."""
-    _scheduler(llm).max_num_running_reqs = cfg.max_num_seqs
+    set_concurrency(llm, cfg.max_num_seqs)
     reqs = workload(cfg)
     llm.reset_prefix_cache()
     tokens: dict[str, list[int]] = {}
@@ -406,7 +447,7 @@ def run(
         log(f"{mode}: LLM ready in {info['init_s']} s", json.dumps(info["resolved"]))
         # warm-up: the first configuration's workload, so its baseline pass compiles nothing
         t = time.time()
-        _scheduler(llm).max_num_running_reqs = configs[0].max_num_seqs
+        set_concurrency(llm, configs[0].max_num_seqs)
         drive(llm, workload(replace(configs[0], num_requests=min(configs[0].num_requests, 192))),
               "warm-")  # fmt: skip  # shapes, not volume: at most 192 requests
         entry["warmup_s"] = round(time.time() - t, 1)
@@ -553,11 +594,19 @@ def main_run(args: Any) -> int:
     except ValueError as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
         return 2
+    refusal = runner_refusal(args.runner, getattr(args, "vllm_version", ""))
+    if refusal:  # the carried release is named: refuse before importing it
+        print(f"gpu_check: error: {refusal}", file=sys.stderr)
+        return 2
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if args.runner == "v2" else "0"
     try:
         version = ensure_vllm(args.carry, getattr(args, "vllm_version", ""))
     except Unavailable as e:
         print(f"gpu_check: error: {e}", file=sys.stderr)
+        return 2
+    refusal = runner_refusal(args.runner, version)
+    if refusal:  # the newest carried release, or an installed one
+        print(f"gpu_check: error: {refusal}", file=sys.stderr)
         return 2
     log("vLLM", version)
     summary = run(

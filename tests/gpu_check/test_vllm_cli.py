@@ -50,6 +50,34 @@ def test_vllm_run_bad_configs_are_one_line(tmp_path: Path) -> None:
     assert "MAX_NUM_SEQS" in _one_line_error(res)
 
 
+def test_vllm_run_refuses_the_v1_runner_from_0_34(tmp_path: Path) -> None:
+    from gpu_check.vllm.run import release, runner_refusal
+
+    res = _cli("vllm-run", "--out", str(tmp_path), "--vllm-version", "0.34.0")
+    assert "--runner v2" in _one_line_error(res) and not any(tmp_path.iterdir())
+    assert release("0.34.0") == (0, 34, 0) and release("0.34.1rc1+cu130") == (0, 34, 1)
+    assert release("0.9.2") < release("0.33.0") < release("0.34.0") and release("") == ()
+    assert runner_refusal("v2", "0.34.0") is None and runner_refusal("v1", "0.33.0") is None
+    assert runner_refusal("v1", "") is None  # unknown until vLLM is imported
+
+
+def test_set_concurrency_sets_admission_too() -> None:
+    from types import SimpleNamespace
+
+    from gpu_check.vllm.run import set_concurrency
+
+    def llm(sched):
+        return SimpleNamespace(llm_engine=SimpleNamespace(engine_core=SimpleNamespace(
+            engine_core=SimpleNamespace(scheduler=sched))))  # fmt: skip
+
+    new = SimpleNamespace(max_num_running_reqs=64, max_num_active_reqs=64)  # 0.33.0 and later
+    set_concurrency(llm(new), 16)
+    assert (new.max_num_running_reqs, new.max_num_active_reqs) == (16, 16)
+    old = SimpleNamespace(max_num_running_reqs=64)  # 0.24.0: one limit
+    set_concurrency(llm(old), 16)
+    assert vars(old) == {"max_num_running_reqs": 16}
+
+
 def test_vllm_run_with_cuda_but_no_vllm_is_one_line(monkeypatch, tmp_path: Path) -> None:
     try:
         import vllm  # noqa: F401
