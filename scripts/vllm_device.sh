@@ -2,7 +2,8 @@
 # On the GPU machine, from the folder scripts/vllm_inputs.sh built (carried as .vllmcarry):
 #   cd .vllmcarry && MODES=align,none CONFIGS=16:0,64:0 bash run.sh
 #   RUN_TIMEOUT bounds vllm-run (s, default 590; leave time for the exports); TAG names the results (default the version);
-#   RUN_ARGS adds vllm-run options (--runner v2: MRv2, the only runner from vLLM 0.34.0); SAVE_TRITON=1 returns the Triton cache
+#   RUN_ARGS adds vllm-run options (--runner v2: MRv2, the only runner from vLLM 0.34.0); SAVE_TRITON=1 returns the Triton cache;
+#   EXPORT=0 skips the exports here (each is a process of its own, a few seconds of device time)
 # Runs `python -m gpu_check vllm-run` with this folder's code, then exports every raw record
 # and packs results into $OUT (8 files at most come back: the raw records travel as one tar).
 set -o pipefail
@@ -24,7 +25,7 @@ rc=${PIPESTATUS[0]}
 cp "$res.log" "$res/run.log" 2>/dev/null
 echo "vllm-run rc=$rc after $(( $(date +%s) - t0 )) s"
 for raw in "$res"/raw_*.json; do
-    [[ -f "$raw" ]] || continue
+    [[ -f "$raw" && "${EXPORT:-1}" != 0 ]] || continue  # EXPORT=0: export on the workstation
     name="$(basename "$raw" .json)"; name="${name#raw_}"
     python3 -m gpu_check vllm-export "$raw" --out "$res/$name" > /dev/null || echo "export $name failed"
 done
