@@ -140,7 +140,13 @@ def find_zip(carry: Path, version: str | None = None) -> Path:
     hits = sorted(carry.glob(pattern), key=release)  # newest release last (0.9 < 0.24)
     if not hits:
         raise CarryError(f"no {pattern} in {carry} (build it with scripts/vllm_inputs.sh)")
-    return hits[-1]
+    from sim.errors import SpecraceError
+    from sim.runs.inputs import regular_file
+
+    try:  # a FIFO of that name would hang the unzip
+        return regular_file(hits[-1], "carried vLLM archive")
+    except SpecraceError as e:
+        raise CarryError(str(e)) from None
 
 
 def prepare(carry: Path, work: Path = Path("/tmp/specrace-vllm"), version: str | None = None):

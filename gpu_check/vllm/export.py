@@ -35,7 +35,6 @@ One row of ``observed_vllm.parquet`` per read (a row of step N+1 with a previous
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from sim.errors import SpecraceError
 from sim.model.input_batch import RowOp
 from sim.model.params import EngineParams, LengthParams, Scenario, TimingParams, WorkloadParams
 from sim.model.schedule import Schedule, StepRecord, dumps
+from sim.runs.inputs import META_MAX, read_json
 from sim.runs.io import atomic_write, atomic_write_text
 
 WRITING = ("add", "move", "swap")
@@ -72,15 +72,27 @@ READ_COLUMNS = {
 }
 
 
+# A vllm-run raw record once decompressed: the largest committed (20,480 requests) is 32 MB.
+RAW_MAX = 1 << 30
+
+
 def load_raw(path: Path) -> dict[str, Any]:
-    try:
-        data = path.read_bytes()
-        raw = json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
-    except (OSError, json.JSONDecodeError, gzip.BadGzipFile) as e:
-        raise SpecraceError(f"cannot read vllm-run record {path}: {e}") from None
-    if raw.get("schema") != "specrace.vllm_raw":
+    raw = read_json(path, "vllm-run record", RAW_MAX)
+    if not isinstance(raw, dict) or raw.get("schema") != "specrace.vllm_raw":
         raise SpecraceError(f"{path}: not a vllm-run raw record")
     return raw
+
+
+def run_summary_of(raw_path: Path) -> dict[str, Any] | None:
+    """The ``summary.json`` vllm-run wrote beside a raw record (its folder or the one above)."""
+    near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]
+    found = next((q for q in near if q.exists()), None)
+    if found is None:
+        return None
+    doc = read_json(found, "vllm-run summary", META_MAX)
+    if not isinstance(doc, dict):
+        raise SpecraceError(f"{found}: not a vllm-run summary.json (not a JSON object)")
+    return doc
 
 
 def prepared_steps(raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -348,9 +360,7 @@ def _parquet(df: pd.DataFrame, path: Path) -> None:
 def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     """Write the four files under ``out``; return the summary (also ``export.json``)."""
     raw = load_raw(raw_path)
-    near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]
-    found = next((q for q in near if q.is_file()), None)
-    run_summary = json.loads(found.read_text()) if found else None
+    run_summary = run_summary_of(raw_path)
     if raw.get("runner") == "v2":  # MRv2: gpu_check.vllm.export_v2 (reads and verdicts only)
         from gpu_check.vllm.export_v2 import export_run_v2
 

@@ -28,6 +28,7 @@ interpolated (:func:`gpu_check.vllm.calibrate.group_timing`).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +42,7 @@ from gpu_check.vllm.patches import PATCHES
 from sim.errors import SpecraceError
 from sim.model.policies import get_policy
 from sim.model.scheduling import build_schedule
+from sim.runs.inputs import read_bounded
 from sim.runs.io import write_json
 from sim.runs.stats import wilson
 
@@ -198,53 +200,112 @@ GRID_KEYS = {
 }  # fmt: skip
 
 
-def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
-    """The arms of a ``--grid`` file and the ``vllm-run`` command of each of its runs."""
-    import shlex
+# A run's name is its vllm-run --out folder (RUNS/<name>), a configuration's part of one.
+FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")
+GRID_MAX = 16 << 20  # a --grid file: the committed ones are a few KiB
+# key -> (inclusive range) of the grid's integer values, as vllm-run's options bound them
+GRID_INTS = {"k": (1, 15), "num_requests": (1, 10**6), "arrival_every": (1, 10**6),
+             "seed": (0, 2**63 - 1), "repeats": (1, 100)}  # fmt: skip
+GRID_STRS = ("modes", "configs", "arrivals", "output_range", "patch")
+GRID_SEQS_MAX = 65_536  # max_num_seqs of a configuration, as vllm-run's batch sizes
+GRID_DELAY_US_MAX = 10**8  # 100 s of GPU delay a step
+
+
+def _read_grid(path: Path) -> list[dict[str, Any]]:
+    """The ``[[run]]`` tables of a ``--grid`` file: a regular file of TOML, each run's keys
+    known and of the type and range vllm-run takes (else a ValueError naming the run, the key
+    and the value)."""
     import tomllib
 
-    from gpu_check.vllm.config import parse_plan
-    from gpu_check.vllm.patches import patch_names
-    from gpu_check.vllm.run import parse_range, with_patches, with_repeats
+    from sim.resolve.release_facts import RELEASES
 
     try:
-        doc = tomllib.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--grid {path}: unreadable ({e})") from None
+        doc = tomllib.loads(read_bounded(path, "--grid", GRID_MAX))
+    except SpecraceError as e:
+        raise ValueError(str(e)) from None
+    except ValueError as e:  # tomllib.TOMLDecodeError, or an integer of thousands of digits
+        raise ValueError(f"--grid {path}: not valid TOML ({e})") from None
+    except RecursionError:
+        raise ValueError(f"--grid {path}: not valid TOML (nested too deeply)") from None
+    extra = sorted(set(doc) - {"run"})
+    if extra:
+        raise ValueError(f"--grid {path}: unknown top-level keys {extra} (only [[run]] tables)")
     runs = doc.get("run")
-    if not isinstance(runs, list) or not runs:
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
         raise ValueError(f"--grid {path}: no [[run]] table")
-    arms: list[GridArm] = []
-    commands = []
-    names = set()
+
+    def shown(x: Any) -> str:
+        text = repr(x)
+        return text if len(text) <= 60 else text[:57] + "..."
+
     for i, r in enumerate(runs):
         bad = set(r) - GRID_KEYS
         missing = {"name", "vllm", "k", "modes", "configs"} - set(r)
         if bad or missing:
             raise ValueError(
-                f"--grid run {i}: unknown keys {sorted(bad)}, missing {sorted(missing)}"
+                f"--grid {path}: run {i}: unknown keys {sorted(bad)}, missing {sorted(missing)}"
             )
+        name = r["name"]
+        if not isinstance(name, str) or not FOLDER_NAME.fullmatch(name):
+            raise ValueError(f"--grid {path}: run {i}: name must be a folder name (letters, "
+                             f"digits, . _ + -), got {shown(name)}")  # fmt: skip
+        label = f"--grid {path}: run {name}"
+        if not isinstance(r["vllm"], str) or r["vllm"] not in RELEASES:
+            raise ValueError(f"{label}: vllm must be a release sim models ({', '.join(RELEASES)})"
+                             f", got {shown(r['vllm'])}")  # fmt: skip
+        for key, (lo, hi) in GRID_INTS.items():
+            v = r.get(key, lo)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{label}: {key} must be an integer in {lo:,}..{hi:,}, "
+                                 f"got {shown(v)}")  # fmt: skip
+        for key in GRID_STRS:
+            if key in r and not isinstance(r[key], str):
+                raise ValueError(f"{label}: {key} must be a string, got {shown(r[key])}")
+        if not isinstance(r.get("baseline", True), bool):
+            raise ValueError(f"{label}: baseline must be true or false, got "
+                             f"{shown(r['baseline'])}")  # fmt: skip
+    return runs
+
+
+def arms_from_grid(path: Path) -> tuple[list[GridArm], list[str]]:
+    """The arms of a ``--grid`` file and the ``vllm-run`` command of each of its runs."""
+    import shlex
+
+    from gpu_check.vllm.config import parse_plan
+    from gpu_check.vllm.patches import patch_names
+    from gpu_check.vllm.run import parse_range, with_patches, with_repeats
+
+    runs = _read_grid(path)
+    arms: list[GridArm] = []
+    commands = []
+    names = set()
+    for r in runs:
+        label = f"--grid {path}: run {r['name']}"
         if r["name"] in names:
-            raise ValueError(f"--grid: run name {r['name']!r} twice")
+            raise ValueError(f"--grid {path}: run name {r['name']!r} twice")
         names.add(r["name"])
-        k = int(r["k"])
-        if not 1 <= k <= 15:
-            raise ValueError(f"--grid run {r['name']}: k must be in 1..15")
-        lo, hi = parse_range(r.get("output_range", "8:160"))
-        base = RunConfig(
-            num_requests=int(r.get("num_requests", 192)), seed=int(r.get("seed", 0)),
-            arrivals=r.get("arrivals", "all-at-start"),
-            arrival_every=int(r.get("arrival_every", 2)), output_min=lo, output_max=hi,
-            baseline=False,
-        )  # fmt: skip
-        if base.arrivals not in ("all-at-start", "staggered"):
-            raise ValueError(f"--grid run {r['name']}: arrivals {base.arrivals!r}")
+        k = r["k"]
         patch = r.get("patch", "none")
-        repeats = int(r.get("repeats", 1))
-        if not 1 <= repeats <= 100:
-            raise ValueError(f"--grid run {r['name']}: repeats must be in 1..100")
-        by_mode = with_patches(parse_plan(r["modes"], r["configs"], base), patch_names(patch))
-        by_mode = with_repeats(by_mode, repeats)
+        repeats = r.get("repeats", 1)
+        try:
+            lo, hi = parse_range(r.get("output_range", "8:160"))
+            base = RunConfig(
+                num_requests=r.get("num_requests", 192), seed=r.get("seed", 0),
+                arrivals=r.get("arrivals", "all-at-start"),
+                arrival_every=r.get("arrival_every", 2), output_min=lo, output_max=hi,
+                baseline=False,
+            )  # fmt: skip
+            if base.arrivals not in ("all-at-start", "staggered"):
+                raise ValueError(f"arrivals {base.arrivals!r}: all-at-start or staggered")
+            modes = parse_plan(r["modes"], r["configs"], base)
+            by_mode = with_repeats(with_patches(modes, patch_names(patch)), repeats)
+        except ValueError as e:
+            raise ValueError(f"{label}: {e}") from None
+        for c in (c for cs in by_mode.values() for c in cs):
+            if c.max_num_seqs > GRID_SEQS_MAX or c.gpu_delay_us > GRID_DELAY_US_MAX:
+                raise ValueError(f"{label}: configuration {c.name}: max_num_seqs "
+                                 f"must be in 1..{GRID_SEQS_MAX:,} and the GPU delay at most "
+                                 f"{GRID_DELAY_US_MAX:,} us")  # fmt: skip
         arms += [(r["vllm"], m, c, k, r["name"]) for m, cs in by_mode.items() for c in cs]
         argv = ["vllm-run", "--vllm-version", r["vllm"], "--k", str(k), "--modes", r["modes"],
                 "--configs", r["configs"], "--arrivals", base.arrivals,

@@ -8,11 +8,11 @@ host time of vLLM's row ops (``op_timing.csv``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from sim.errors import SpecraceError
+from sim.runs.inputs import META_MAX, read_json
 
 RESULT_COLUMNS = [
     "vllm", "runner", "run", "mode", "max_num_seqs", "gpu_delay_ms", "arrivals", "policy",
@@ -21,6 +21,14 @@ RESULT_COLUMNS = [
     "steps_landed_at_update_states", "steps_landed_between_ops", "steps_not_landed_at_read",
     "wrong_pairs",
 ]  # fmt: skip
+
+
+def _json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object a vllm command wrote (a regular file of bounded size; one line if not)."""
+    doc = read_json(path, what, META_MAX)
+    if not isinstance(doc, dict):
+        raise SpecraceError(f"{what} {path}: not a JSON object")
+    return doc
 
 
 def raw_name(path: Path) -> str:
@@ -36,21 +44,25 @@ def export_folder(folder: Path) -> list[dict[str, Any]]:
     from gpu_check.vllm.agreement import compare_dir
     from gpu_check.vllm.export import export_run, load_raw
     from gpu_check.vllm.export_v2 import export_run_v2, is_v2
+    from sim.runs.io import fresh_output_dir
 
     raws = sorted((folder / "raw").glob("raw_*.json*"))
     if not raws:
         raise SpecraceError(f"no raw/raw_*.json(.gz) under {folder}")
     summary_path = folder / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    summary = _json(summary_path, "vllm-run summary") if summary_path.exists() else None
     out = []
     for raw in raws:
         dest = folder / raw_name(raw)
         record = load_raw(raw)
-        if is_v2(record):  # MRv2: no row ops to export; the reads are checked directly
-            out.append(export_run_v2(record, dest, summary))
-            continue
-        export_run(raw, dest)
-        out.append(compare_dir(dest))
+        # Each export whole or not at all, replacing only an export specrace wrote there.
+        with fresh_output_dir(dest, force=True, kind="vllm-export") as tmp:
+            if is_v2(record):  # MRv2: no row ops to export; the reads are checked directly
+                out.append(export_run_v2(record, tmp, summary))
+            else:
+                export_run(raw, tmp)
+        if not is_v2(record):
+            out.append(compare_dir(dest))
     return out
 
 
@@ -68,9 +80,9 @@ def run_folders(root: Path) -> list[Path]:
 def _timing(folder: Path) -> dict[str, Any]:
     """This configuration's passes from the version folder's ``summary.json``."""
     path = folder.parent / "summary.json"
-    if not path.is_file():
+    if not path.exists():
         return {}
-    summary = json.loads(path.read_text())
+    summary = _json(path, "vllm-run summary")
     mode, _, cfg = folder.name.partition("_")
     for res in summary.get("modes", {}).get(mode, {}).get("configs", []):
         if res["config"]["name"] == cfg:
@@ -81,9 +93,9 @@ def _timing(folder: Path) -> dict[str, Any]:
 def results(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, timing = [], []
     for folder in run_folders(root):
-        exp = json.loads((folder / "export.json").read_text())
+        exp = _json(folder / "export.json", "vllm-export summary")
         agr_path = folder / "agreement.json"
-        agr = json.loads(agr_path.read_text()) if agr_path.is_file() else {}
+        agr = _json(agr_path, "vllm-compare agreement") if agr_path.exists() else {}
         res = _timing(folder)
         seqs, delay = exp["max_num_seqs"], exp["gpu_delay_us"]
         run = folder.parent.name

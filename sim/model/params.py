@@ -334,8 +334,11 @@ def _resolve(name_or_path: str, folder: str, what: str) -> tuple[str, str, str]:
     """(text, stem, origin) of a TOML file given by path or by built-in name."""
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists() or "/" in name_or_path:
-        if not p.is_file():
-            raise SpecraceError(f"{what} file not found: {p}")
+        noun = what if what.endswith(" file") else f"{what} file"
+        if not p.exists():
+            raise SpecraceError(f"{noun} not found: {p}")
+        if not p.is_file():  # a FIFO would block the read, a device never end it: unopened
+            raise SpecraceError(f"{noun} {p} is not a regular file (a FIFO, device or folder)")
         return _read_text(p), p.stem, str(p)
     builtin = _builtin(folder)
     if name_or_path not in builtin:

@@ -22,6 +22,8 @@ def read_schedule(path: Path) -> Schedule:
         from sim.model.schedule_parquet import read_schedule_parquet
 
         return read_schedule_parquet(path)
+    if path.exists() and not path.is_file():  # a FIFO would block the read: never opened
+        raise SpecraceError(f"schedule {path} is not a regular file (a FIFO, device or folder)")
     try:
         text = path.read_text()
     except UnicodeDecodeError:

@@ -167,6 +167,8 @@ def write_schedule_parquet(path: Path, schedule: Schedule) -> None:
 def open_schedule_parquet(path: Path) -> tuple[Schedule, Iterator[StepRecord], int]:
     """The header (``steps`` empty), the checked steps one at a time, and their count."""
     origin = str(path)
+    if path.exists() and not path.is_file():  # a FIFO would block pyarrow's open: never opened
+        raise SpecraceError(f"schedule {path} is not a regular file (a FIFO, device or folder)")
     try:
         f = pq.ParquetFile(path)
         meta = (f.schema_arrow.metadata or {}).get(META_KEY)
