@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpu_check.vllm.export import load_raw, prepared_steps
 from sim.errors import SpecraceError
+from sim.runs.inputs import regular_file
 
 COLORS = {"remove": "#9e9e9e", "add": "#4c72b0", "move": "#55a868", "swap": "#dd8452"}
 
@@ -35,17 +36,38 @@ def _landing_bracket(s: dict[str, Any]) -> tuple[int, int] | None:
     return (last, int(s["t_read"])) if s.get("landed_at_read") else None
 
 
+def _few(names, n: int = 5) -> str:
+    """A few of ``names`` (sorted), and how many there are."""
+    names = sorted(map(str, names))
+    shown = ", ".join(names[:n])
+    return shown + (f", ... {len(names):,} in all" if len(names) > n else "")
+
+
 def pick(reads: pd.DataFrame, step: int | None, req: str | None) -> pd.Series:
-    """The read to draw: the given one, or the wrong read whose step had the fewest ops."""
-    wrong = reads[reads["wrong"]]
+    """The read to draw: the given one (``step``, ``req``: of that step, of that request, or
+    both), the wrong one among them if any; by default the wrong read whose step had the fewest
+    ops. A step or request the run does not hold is refused, naming a few that it does."""
+    chosen = reads
     if step is not None:
-        wrong = reads[reads["step"] == step]
-        if req is not None:
-            wrong = wrong[wrong["req_id"] == req]
-        wrong = wrong[wrong["wrong"]] if wrong["wrong"].any() else wrong
-    if wrong.empty:
-        raise SpecraceError("no such read (or no wrong read) in this run")
-    return wrong.sort_values(["n_ops", "step"]).iloc[0]
+        chosen = reads[reads["step"] == step]
+        if chosen.empty:
+            steps = reads["step"]
+            held = f"steps {int(steps.min())}..{int(steps.max())}" if len(steps) else "no read"
+            raise SpecraceError(f"--step {step}: no read at that step in this run ({held})")
+    if req is not None:
+        scope = chosen
+        chosen = chosen[chosen["req_id"] == req]
+        if chosen.empty:
+            where = f" at step {step}" if step is not None else ""
+            raise SpecraceError(f"--req {req!r}: no read of that request{where} in this run "
+                                f"(requests: {_few(scope['req_id'].unique())})")  # fmt: skip
+    if step is None and req is None:
+        chosen = reads[reads["wrong"]]
+    elif chosen["wrong"].any():
+        chosen = chosen[chosen["wrong"]]
+    if chosen.empty:
+        raise SpecraceError("no wrong read in this run: give --step (and --req) to draw another")
+    return chosen.sort_values(["n_ops", "step"]).iloc[0]
 
 
 def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
@@ -106,12 +128,12 @@ def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | 
     from sim.runs.io import atomic_write
 
     raw_path = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
-    if not raw_path.is_file():
+    if not raw_path.exists():
         raw_path = raw_path.with_suffix("")
-    if not raw_path.is_file():
+    if not raw_path.exists():
         raise SpecraceError(f"{folder}: no raw record at {raw_path}(.gz)")
     try:
-        reads = pd.read_parquet(folder / "observed_vllm.parquet")
+        reads = pd.read_parquet(regular_file(folder / "observed_vllm.parquet", "vLLM reads"))
     except (OSError, ValueError) as e:
         raise SpecraceError(f"{folder}/observed_vllm.parquet: unreadable ({e})") from None
     read = pick(reads, step, req)

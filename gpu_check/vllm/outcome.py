@@ -21,14 +21,15 @@ interval, and tokens/s of the pass (instrumented: every arm carries the same hoo
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pandas as pd
 
 from sim.errors import SpecraceError
+from sim.runs.inputs import META_MAX, read_json, regular_file
 from sim.runs.io import write_json
 from sim.runs.stats import wilson
 
@@ -42,7 +43,7 @@ LANDING_TV = 0.10
 def observed_regime(folder: Path) -> dict[str, float]:
     """The landing mix and median step interval of an exported configuration (its
     steps_vllm.parquet)."""
-    t = pd.read_parquet(folder / "steps_vllm.parquet")
+    t = _parquet(folder / "steps_vllm.parquet", "vLLM step table")
     t = t[t["step"] >= 1]
     lp, hi, n_ops = t["land_pos"], t["land_pos_hi"], t["n_ops"]
     entry = t["landed_at_update_states"]
@@ -61,11 +62,131 @@ def observed_regime(folder: Path) -> dict[str, float]:
     }
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _json(path: Path, what: str = "JSON file") -> dict[str, Any]:
+    doc = read_json(path, what, META_MAX)
+    if not isinstance(doc, dict):
+        raise SpecraceError(f"{what} {path}: not a JSON object")
+    return doc
+
+
+def _parquet(path: Path, what: str) -> pd.DataFrame:
     try:
-        return json.loads(path.read_text())
+        return pd.read_parquet(regular_file(path, what))
     except (OSError, ValueError) as e:
         raise SpecraceError(f"{path}: unreadable ({e})") from None
+
+
+# -- predictions.json, checked whole before anything is judged against it ----------------------
+EPS = 1e-9  # rounding between a rate and its interval as vllm-plan computed them
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> TypeGuard[float]:
+    return (isinstance(x, int | float) and not isinstance(x, bool)) and math.isfinite(x)
+
+
+def check_predictions(doc: Any, origin: str) -> list[dict[str, Any]]:
+    """The configurations of a ``predictions.json`` (:func:`gpu_check.vllm.plan.plan`), each
+    checked for what vllm-plan writes: its schema, types and ranges (counts integers, reads
+    positive, no more wrong than there were; rates finite in [0, 1] and per 10k transitions in
+    [0, 10,000], each inside its ordered 95 % interval; a landing mix that sums to 1; a release
+    sim models). The first thing wrong is one line naming the file and the configuration."""
+    from gpu_check.vllm.config import MODES
+    from gpu_check.vllm.patches import NONE, PATCHES
+    from gpu_check.vllm.plan import FOLDER_NAME
+    from sim.resolve.release_facts import RELEASES
+
+    if not isinstance(doc, dict) or doc.get("schema") != "specrace.vllm_predictions":
+        raise SpecraceError(f"{origin}: not written by gpu_check vllm-plan")
+    configs = doc.get("configs")
+    if not isinstance(configs, list) or not configs:
+        raise SpecraceError(f"{origin}: configs must be a non-empty list")
+    for key in ("command", "made_at_commit"):
+        if key in doc and not isinstance(doc[key], str):
+            raise SpecraceError(f"{origin}: {key} must be a string, got {doc[key]!r}")
+    for i, c in enumerate(configs):
+        if not isinstance(c, dict):
+            raise SpecraceError(f"{origin}: configs[{i}] must be a table, got {c!r}")
+        where = f"{origin}: configs[{i}]"
+
+        def bad(key: str, want: str, where: str = where, c: dict = c) -> SpecraceError:
+            got = repr(c.get(key)) if key in c else "nothing"
+            return SpecraceError(f"{where}: {key} must be {want}, got {got}"[:400])
+
+        missing = [k for k in ("vllm", "mode", "patch", "config", "reads", "wrong", "rate",
+                               "rate_ci95", "transitions", "wrong_transitions", "step_ms",
+                               "landing") if k not in c]  # fmt: skip
+        if missing:
+            raise SpecraceError(f"{where}: missing {', '.join(missing)}")
+        if c["vllm"] not in RELEASES:
+            raise bad("vllm", f"a release sim models ({', '.join(RELEASES)})")
+        if c["mode"] not in MODES:
+            raise bad("mode", " or ".join(MODES))
+        if c["patch"] not in (NONE, *PATCHES):
+            raise bad("patch", f"one of {', '.join((NONE, *PATCHES))}")
+        for key in ("config", "run"):
+            if key in c and not (isinstance(c[key], str) and FOLDER_NAME.fullmatch(c[key])):
+                if key == "run" and c[key] == "":
+                    continue
+                raise bad(key, "a folder name (letters, digits, . _ + -)")
+        where = f"{origin}: configs[{i}] ({c['vllm']} {c['mode']} {c['config']})"
+        if not (_is_int(c["reads"]) and c["reads"] >= 1):
+            raise bad("reads", "a positive integer", where)
+        if not (_is_int(c["transitions"]) and c["transitions"] >= 0):
+            raise bad("transitions", "an integer >= 0", where)
+        for key, total in (("wrong", "reads"), ("wrong_transitions", "transitions")):
+            if not (_is_int(c[key]) and 0 <= c[key] <= c[total]):
+                raise bad(key, f"an integer in 0..{total} ({c[total]:,})", where)
+        if "seeds" in c and not (_is_int(c["seeds"]) and c["seeds"] >= 1):
+            raise bad("seeds", "a positive integer", where)
+        if "k" in c and not (_is_int(c["k"]) and 1 <= c["k"] <= 15):
+            raise bad("k", "an integer in 1..15", where)
+        per = c.get("wrong_per_seed")
+        if per is not None and not (
+            isinstance(per, list)
+            and all(_is_int(x) and x >= 0 for x in per)
+            and sum(per) == c["wrong"]
+            and len(per) == c.get("seeds", len(per))
+        ):
+            raise bad("wrong_per_seed", "a count >= 0 per seed, summing to wrong", where)
+        _check_rate(c, "rate", "rate_ci95", 1.0, c["wrong"] / c["reads"], where)
+        if "per_10k_transitions" in c or "per_10k_transitions_ci95" in c:
+            point = 1e4 * c["wrong_transitions"] / max(c["transitions"], 1)
+            _check_rate(c, "per_10k_transitions", "per_10k_transitions_ci95", 1e4, point, where)
+        if not (_is_num(c["step_ms"]) and c["step_ms"] > 0):
+            raise bad("step_ms", "a finite number of milliseconds > 0", where)
+        land = c["landing"]
+        if not (
+            isinstance(land, dict)
+            and set(land) == set(LANDING)
+            and all(_is_num(v) and 0 <= v <= 1 for v in land.values())
+            and abs(sum(land.values()) - 1) <= 1e-3
+        ):
+            raise bad("landing", f"shares of {', '.join(LANDING)} in [0, 1] summing to 1", where)
+    return configs
+
+
+def _check_rate(c: dict[str, Any], key: str, ci_key: str, top: float, counted: float,
+                where: str) -> None:  # fmt: skip
+    """``c[key]`` a number in [0, top] equal to what its counts give, inside ``c[ci_key]``, an
+    ordered pair in [0, top]."""
+    x, ci = c.get(key), c.get(ci_key)
+    if not (_is_num(x) and 0 <= x <= top):
+        raise SpecraceError(f"{where}: {key} must be a finite number in [0, {top:g}], got {x!r}")
+    if abs(x - counted) > EPS * max(1.0, top):
+        raise SpecraceError(f"{where}: {key} {x!r} is not what its counts give ({counted!r})")
+    if not (isinstance(ci, list) and len(ci) == 2 and all(_is_num(v) for v in ci)):
+        raise SpecraceError(f"{where}: {ci_key} must be [low, high], two finite numbers, "
+                            f"got {ci!r}"[:400])  # fmt: skip
+    lo, hi = ci
+    tol = EPS * max(1.0, top)
+    if not (0 <= lo <= hi <= top):
+        raise SpecraceError(f"{where}: {ci_key} {ci!r} must be ordered, within [0, {top:g}]")
+    if not (lo - tol <= x <= hi + tol):
+        raise SpecraceError(f"{where}: {key} {x!r} lies outside its interval {ci_key} {ci!r}")
 
 
 def wrong_gdn(reads: pd.DataFrame) -> pd.DataFrame:
@@ -78,11 +199,8 @@ def wrong_gdn(reads: pd.DataFrame) -> pd.DataFrame:
 def observed(folder: Path) -> dict[str, Any]:
     """One exported run: reads, transitions, wrong consumed counts, step time, landing mix,
     tokens/s."""
-    meta = _json(folder / "export.json")
-    try:
-        reads = pd.read_parquet(folder / "observed_vllm.parquet")
-    except (OSError, ValueError) as e:
-        raise SpecraceError(f"{folder}/observed_vllm.parquet: unreadable ({e})") from None
+    meta = _json(folder / "export.json", "vllm-export summary")
+    reads = _parquet(folder / "observed_vllm.parquet", "vLLM reads")
     consumed = reads[reads["consumed"]]
     wrong = consumed["wrong"]
     first = consumed["prev_drafts"] == 0
@@ -107,7 +225,8 @@ def _tokens_per_s(folder: Path, meta: dict[str, Any]) -> float | None:
     path = folder.parent / "summary.json"
     if not path.is_file():
         return None
-    for res in _json(path).get("modes", {}).get(meta["mode"], {}).get("configs", []):
+    summary = _json(path, "vllm-run summary")
+    for res in summary.get("modes", {}).get(meta["mode"], {}).get("configs", []):
         if res["config"]["name"] == meta["config"]:
             p = res["instrumented"]
             return round(p["out_tokens"] / p["wall_s"], 1) if p.get("wall_s") else None
@@ -153,11 +272,11 @@ def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str,
     """Judge every prediction against its run. ``partial``: a prediction whose run did not
     happen (a device call cut short) is listed under ``not_run`` and left out of the fraction,
     instead of stopping the whole outcome."""
-    preds = _json(prereg / "predictions.json")
-    if preds.get("schema") != "specrace.vllm_predictions":
-        raise SpecraceError(f"{prereg}/predictions.json: not written by gpu_check vllm-plan")
+    path = prereg / "predictions.json"
+    preds = _json(path, "predictions")
+    configs = check_predictions(preds, str(path))
     rows, not_run = [], []
-    for p in preds["configs"]:
+    for p in configs:
         try:
             folder = run_folder(roots, p["vllm"], p["mode"], p["config"], p.get("run", ""))
         except SpecraceError:
@@ -166,7 +285,7 @@ def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str,
             not_run.append(f"{p.get('run') or 'v' + p['vllm']}/{p['mode']}_{p['config']}")
             continue
         obs = observed(folder)
-        summary = _json(folder.parent / "summary.json")
+        summary = _json(folder.parent / "summary.json", "vllm-run summary")
         rows.append(
             {
                 "vllm": p["vllm"], "mode": p["mode"], "patch": p["patch"], "config": p["config"],
@@ -206,7 +325,7 @@ THROUGHPUT_FOLDER = re.compile(r"v(\d+\.\d+\.\d+)-throughput")
 def throughput(folder: Path) -> dict[str, Any]:
     """``vllm-run --arm-repeats``: tokens/s of each arm's uninstrumented (baseline) pass, per
     round, and each round's ratio to the unpatched arm of the same round."""
-    summary = _json(folder / "summary.json")
+    summary = _json(folder / "summary.json", "vllm-run summary")
     per: dict[str, dict[int, float]] = {}
     for res in summary["modes"]["align"]["configs"]:
         cfg, p = res["config"], res["baseline"]

@@ -4,7 +4,6 @@ pytest file in vLLM's test style (sim.explore.upstream_test), for a supported vL
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def cmd_upstream_test(args: argparse.Namespace) -> int:
@@ -13,7 +12,7 @@ def cmd_upstream_test(args: argparse.Namespace) -> int:
     from sim.runs.outputs import prepare_file
 
     check_version(args.vllm)
-    out = prepare_file(Path(args.out))
+    out = prepare_file(args.out)  # the text as typed: Path() would drop a trailing slash
     atomic_write_text(out, render(args.vllm))
     print(f"wrote {args.out}: run it with pytest where vllm {args.vllm} is importable")
     return 0
