@@ -132,6 +132,13 @@ def _risk(*argv: str) -> subprocess.CompletedProcess:
         (("--spec", "mtp"), "expected METHOD:K"),
         (("--set", "timing.nope=1"), "--set timing.nope: unknown key"),
         (("--gpu-timing", "fast"), "expected roofline or balanced"),
+        (("--vllm", "0.34.0", "--runner", "v1"), "0.33.0 is the last release with the V1"),
+        (("--vllm", "0.34.0", "--vllm-use-v2-model-runner", "0"), "Model Runner V1 has been"),
+        (("--vllm", "0.34.0", "--platform", "ascend"), "which 0.34.0 removed"),
+        (
+            ("--vllm", "0.27.1", "--platform", "ascend", "--ascend-branch", "0.23.0.post1"),
+            "runs on vLLM 0.23.0",
+        ),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(argv: tuple[str, ...], match: str) -> None:
@@ -212,3 +219,38 @@ def test_the_report_is_the_same_on_worker_processes() -> None:
     assert one.estimate is not None and one.estimate.corrupted > 0  # a rate worth comparing
     three = assess(VllmSetup(vllm="0.28.0"), BALANCED, seeds=3, steps=120, workers=3)
     assert json.dumps(three.to_dict()) == json.dumps(one.to_dict())
+
+
+def test_cli_answers_0_34_0_with_mrv2_and_its_wheel_lines() -> None:
+    r = _risk("--vllm", "0.34.0", "--model", "qwen3.5-27b", "--spec", "mtp:3", "--seeds", "1",
+              "--steps", "100", "--no-mitigations", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "code path: MRV2, async, prefix caching on, mamba_cache_mode=align -> policy mrv2" in out
+    for cite in ("vllm 0.34.0 vllm/platforms/interface.py:1481",
+                 "vllm 0.34.0 vllm/v1/worker/gpu/model_states/mamba_hybrid.py:90",
+                 "vllm 0.34.0 vllm/v1/worker/mamba_utils.py:1194"):  # fmt: skip
+        assert cite in out
+    assert "warning:" not in out and "safe by construction" in out
+    rep = json.loads(out.strip().splitlines()[-1])
+    assert rep["policy"] == "mrv2" and rep["runner"] == "v2"
+
+
+def test_risk_on_0_33_0_warns_that_v1_is_racy() -> None:
+    rep = assess(VllmSetup(vllm="0.33.0"), seeds=1, steps=60, mitigations=False)
+    assert rep.resolution.policy == "mrv2" and rep.safe_by_construction
+    assert rep.resolution.notes[0].startswith("warning: VLLM_USE_V2_MODEL_RUNNER=0")
+    assert rep.to_dict()["notes"] == list(rep.resolution.notes)
+
+
+def test_risk_on_ascend_names_the_release_and_offers_it() -> None:
+    """vllm-ascend main (racy) on vLLM 0.23.0: the PyPI release 0.23.0.post1 (#13865) is the
+    change that removes the race; resolved, it is ascend-13865."""
+    setup = VllmSetup(vllm="0.23.0", platform="ascend", prefix_caching="on", max_num_seqs=8)
+    rep = assess(setup, BALANCED, seeds=1, steps=120)
+    assert rep.resolution.policy == "align" and "vllm-ascend main" in rep.resolution.notes[0]
+    by = {m.name: m for m in rep.mitigations}
+    fix = by["vllm-ascend 0.23.0.post1 (#13865)"]
+    assert fix.change == "pip install vllm-ascend==0.23.0.post1"
+    assert fix.available and fix.estimate.policy == "ascend-13865" and fix.estimate.safe
+    assert "vllm-ascend 0.23.0.post1 (PyPI sdist" in fix.reason

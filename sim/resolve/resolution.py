@@ -9,7 +9,10 @@ MambaModelConfig.verify_and_update_config (mamba_cache_mode) -> VllmConfig.__pos
 (async scheduling, model runner) -> the runner's accepted-count block.
 
 A configuration the release would refuse, or that names contradictory settings, raises
-:class:`SpecraceError` with one line naming the input.
+:class:`SpecraceError` with one line naming the input. 0.34.0 has no V1 runner: it refuses
+``VLLM_USE_V2_MODEL_RUNNER=0`` (``--runner v1``) as vLLM does, and an MRv2-unsupported
+feature, which earlier releases answer by falling back to V1. Where MRv2 is chosen in a release
+that still has V1 and V1 would take a racy path, the resolution says so in a warning note.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ from dataclasses import dataclass, field, replace
 from sim.errors import SpecraceError
 from sim.model.policies import NO_SPEC, POLICIES
 from sim.resolve.presets import get_preset
-from sim.resolve.release_facts import FACTS, RELEASES
+from sim.resolve.release_facts import (
+    ASCEND,
+    ASCEND_MAIN,
+    ASCEND_RELEASE,
+    FACTS,
+    LAST_V1_RELEASE,
+    RELEASES,
+    has_v1_runner,
+)
 from sim.resolve.rules import Fired, fire
 
 TRI = ("on", "off", "default")
@@ -27,7 +38,12 @@ RUNNERS = ("v1", "v2", "auto")
 SPEC_METHODS = ("mtp", "eagle", "eagle3", "none")  # EAGLE-type methods and no speculation
 MAMBA_MODES = ("default", "none", "all", "align")
 PLATFORMS = ("cuda", "ascend")
-ASCEND_BRANCHES = ("main", "v0.23.0")
+# vllm-ascend: main (as last seen, 2026-08-22; not on PyPI), the PyPI release 0.23.0.post1
+# (#13865), and v0.23.0, the releases/v0.23.0 branch that release was cut from.
+ASCEND_BRANCHES = ("main", ASCEND_RELEASE, "v0.23.0")
+ASCEND_FIXED = (ASCEND_RELEASE, "v0.23.0")  # with #13865; built against vLLM 0.23.0
+# The paths a CPU-side ordering can make wrong (docs/policies.md): the warning's subject.
+RACY = ("unsynced", "synced-gather", "align", "ascend-main")
 # The open PRs a user can apply, and the policy each makes of a path that reads CPU counts.
 PATCH_POLICY = {"51599": "private-buffer", "53919": "sync-before-moves"}
 PATCHES = tuple(PATCH_POLICY)
@@ -59,7 +75,7 @@ class VllmSetup:
     env_v2: str = ""  # VLLM_USE_V2_MODEL_RUNNER as set in the environment ("" unset)
     mrv2_unsupported: tuple[str, ...] = ()  # features of the config MRv2 lacks (vLLM's names)
     patches: tuple[str, ...] = ()  # unmerged PRs applied on top of the release
-    ascend_branch: str = "main"
+    ascend_branch: str = "main"  # vllm-ascend: main, 0.23.0.post1 (PyPI) or v0.23.0 (branch)
 
     def check(self) -> None:
         get_preset(self.model)
@@ -109,18 +125,48 @@ class VllmSetup:
             )
         if self.platform == "cuda" and self.ascend_branch != "main":
             raise SpecraceError("--ascend-branch applies to --platform ascend only")
+        if not has_v1_runner(self.vllm):
+            self._check_no_v1()
         if self.platform == "ascend":
             if self.runner == "v2" or self.env_v2 == "1":
                 raise SpecraceError(
                     "--platform ascend with model runner V2: vllm-ascend's V2 runner is not "
                     "modelled (its NPUModelRunner V1 is)"
                 )
-            if self.ascend_branch == "v0.23.0" and self.vllm != "0.23.0":
+            if self.ascend_branch in ASCEND_FIXED and self.vllm != "0.23.0":
+                built = ASCEND["post1_vllm"]
                 raise SpecraceError(
-                    f"--ascend-branch v0.23.0 runs on vLLM 0.23.0, not --vllm {self.vllm}"
+                    f"--ascend-branch {self.ascend_branch} runs on vLLM {built.value}, not "
+                    f"--vllm {self.vllm} ({built.cite()})"
                 )
             if self.patches:
                 raise SpecraceError("--patch: #51599/#53919 are upstream PRs, not for ascend")
+
+    def _check_no_v1(self) -> None:
+        """0.34.0 on: what needs the V1 runner is refused, naming the last release with it."""
+        v, last = self.vllm, LAST_V1_RELEASE
+        if self.env == "0":
+            fact = FACTS["v1_env_raises"][v]
+            msg = str(fact.value).replace("{value}", "0")
+            given = "--runner v1" if self.runner == "v1" else "VLLM_USE_V2_MODEL_RUNNER=0"
+            raise SpecraceError(
+                f"{given}: vLLM {v} refuses to start: "
+                f"ValueError({msg!r}) ({fact.cite(v)}); {last} is the last release with the "
+                "V1 model runner"
+            )
+        gone = FACTS["v1_runner_present"][v].cite(v)
+        if self.platform == "ascend":
+            runner = ASCEND["post1_subclasses_v1_runner"]
+            raise SpecraceError(
+                f"--platform ascend on vLLM {v}: vllm-ascend's NPUModelRunner subclasses vLLM's "
+                f"V1 GPUModelRunner ({runner.cite()}), which {v} removed ({gone}); {last} is the "
+                "last release with the V1 model runner"
+            )
+        if self.patches:
+            raise SpecraceError(
+                f"--patch {self.patches[0]}: #51599/#53919 patch the V1 runner, which vLLM {v} "
+                f"removed ({gone}); {last} is the last release with it"
+            )
 
     @property
     def env(self) -> str:
@@ -185,15 +231,21 @@ def resolve(setup: VllmSetup) -> Resolution:
         mode = "none"
 
     if setup.spec_method == "none":
+        if not has_v1_runner(v):  # 0.34.0: no V1 runner, no num_accepted_tokens_event
+            fired.append(fire("v1-removed-env1" if setup.env == "1" else "v1-removed", v))
+            return Resolution(setup, NO_SPEC, "v2", pc, mode, setup.async_scheduling != "off",
+                              tuple(fired))  # fmt: skip
         fired.append(fire("spec-event", v))
         return Resolution(setup, NO_SPEC, "v1", pc, mode, setup.async_scheduling != "off",
                           tuple(fired))  # fmt: skip
 
-    # 3. model runner (config/vllm.py VllmConfig.use_v2_model_runner)
-    runner = _runner(setup, mode, fired) if setup.platform == "cuda" else "v1"
+    # 3. model runner (config/vllm.py VllmConfig.use_v2_model_runner; from 0.34.0 the only one)
     if setup.platform == "ascend":
-        ascend_note = ("vllm-ascend: its NPUModelRunner (model_runner_v1.py) is modelled, with "
-                       "upstream vLLM's configuration rules of the release given")  # fmt: skip
+        runner = "v1"
+    elif has_v1_runner(v):
+        runner = _runner(setup, mode, fired)
+    else:
+        runner = _runner_v2_only(setup, fired)
 
     # 4. async scheduling (config/vllm.py __post_init__)
     if setup.async_scheduling == "default":
@@ -204,7 +256,15 @@ def resolve(setup: VllmSetup) -> Resolution:
 
     res = Resolution(setup, "", runner, pc, mode, async_on)
     policy = _policy(setup, runner, mode, async_on, fired)
-    notes: tuple[str, ...] = (ascend_note,) if setup.platform == "ascend" else ()
+    notes: tuple[str, ...] = (_ascend_note(setup),) if setup.platform == "ascend" else ()
+    if runner == "v2" and mode == "align" and FACTS["mrv2_align_snapshot"][v].value is False:
+        notes += (
+            f"MRv2 align in {v} predates #50432: run_fused_postprocess_align's kernel reads the "
+            "counts it resets in place, a race between the kernel's own programs on the device "
+            "that this model does not simulate (the host race it does cannot occur)",
+        )
+    if runner == "v2" and has_v1_runner(v):
+        notes += _v1_warning(setup)
     if setup.patches and policy not in PATCH_POLICY.values():
         notes += (
             f"--patch {setup.patches[0]} changes only a path that reads the CPU counts "
@@ -249,15 +309,82 @@ def _runner(setup: VllmSetup, mode: str, fired: list[Fired]) -> str:
     return "v2"
 
 
+def _runner_v2_only(setup: VllmSetup, fired: list[Fired]) -> str:
+    """0.34.0 on: MRv2 is the only runner; what it lacks is refused, not a fallback."""
+    v = setup.vllm
+    listed = FACTS["mrv2_unsupported_features"][v].value
+    for feature in setup.mrv2_unsupported:
+        if feature not in listed:
+            raise SpecraceError(
+                f"--mrv2-unsupported {feature!r}: not in vLLM {v}'s list of features the model "
+                f"runner lacks ({FACTS['mrv2_unsupported_features'][v].cite(v)})"
+            )
+    fired.append(fire("v1-removed-env1" if setup.env == "1" else "v1-removed", v))
+    if setup.mrv2_unsupported:
+        line = fire("runner-refuses", v, feature=", ".join(setup.mrv2_unsupported))
+        raise SpecraceError(
+            f"--mrv2-unsupported: {line.says} ({line.cite}); {LAST_V1_RELEASE} is the last "
+            "release with the V1 model runner"
+        )
+    if not FACTS["mrv2_supports_mtp"][v].value:  # none so far: say so if it ever happens
+        line = fire("runner-refuses", v, feature=f"speculative method '{setup.spec_method}'")
+        raise SpecraceError(f"--spec {setup.spec_method}: {line.says} ({line.cite})")
+    fired.append(fire("mrv2-mtp", v))
+    return "v2"
+
+
+def _v1_warning(setup: VllmSetup) -> tuple[str, ...]:
+    """MRv2 chosen in a release that still has V1: the warning, when V1 would be racy."""
+    v = setup.vllm
+    alt = resolve(replace(setup, runner="v1", env_v2="", mrv2_unsupported=()))
+    if alt.policy not in RACY:
+        return ()
+    d2h = "align_d2h_into_input_batch" if alt.mamba_cache_mode == "align" else (
+        "nonalign_d2h_into_input_batch")  # fmt: skip
+    how = "VLLM_USE_V2_MODEL_RUNNER=0 (or --runner v1)"
+    if setup.env == "":  # MRv2 by default: a feature it lacks falls back to V1 too
+        how += " or a feature MRv2 lacks (--mrv2-unsupported)"
+    return (
+        f"warning: {how} puts vLLM {v} back on the V1 runner's {alt.policy} path, which is "
+        f"racy: its D2H lands non-blocking in the row-indexed InputBatch buffer "
+        f"({FACTS[d2h][v].cite(v)}); #51599/#53919 are in no release",
+    )
+
+
+def _ascend_note(setup: VllmSetup) -> str:
+    """Which vllm-ascend the resolution models, and where its facts come from."""
+    b = setup.ascend_branch
+    if b == ASCEND_RELEASE:
+        return (f"vllm-ascend {b} (PyPI sdist, re-read by tests/conformance/ascend_rules.py): "
+                "its NPUModelRunner (model_runner_v1.py) with #13865, on upstream vLLM "
+                f"{setup.vllm}'s configuration rules")  # fmt: skip
+    if b == "v0.23.0":
+        return ("vllm-ascend releases/v0.23.0 (branch, 50e87d6305; the PyPI release "
+                f"{ASCEND_RELEASE} ships the same #13865): its NPUModelRunner, on upstream "
+                f"vLLM {setup.vllm}'s configuration rules")  # fmt: skip
+    fix = (f"; the PyPI release {ASCEND_RELEASE} (vLLM 0.23.0) has #13865: --ascend-branch "
+           f"{ASCEND_RELEASE}" if setup.vllm == "0.23.0" else "")  # fmt: skip
+    return (f"vllm-ascend main ({ASCEND_MAIN}, as last seen 2026-08-22; not on PyPI, facts from "
+            "the project's reference notes): its NPUModelRunner (model_runner_v1.py), on "
+            f"upstream vLLM {setup.vllm}'s configuration rules{fix}")  # fmt: skip
+
+
 def _policy(setup: VllmSetup, runner: str, mode: str, async_on: bool, fired: list) -> str:
     v = setup.vllm
     if runner == "v2":
         fired.append(fire("mrv2-counts", v))
+        if mode == "align" and FACTS["mrv2_align_snapshot"][v].value:
+            fired.append(fire("mrv2-snapshot", v))
         return "mrv2"
     if not async_on:
         fired.append(fire("sync-path", v))
         return "async-off"
     if setup.platform == "ascend":
+        if setup.ascend_branch == ASCEND_RELEASE:
+            fired.append(fire("ascend-release-vllm", v))
+            fired.append(fire("ascend-post1-buffer", v))
+            fired.append(fire("ascend-post1-remap", v))
+            return "ascend-13865"
         if setup.ascend_branch == "v0.23.0":
             fired.append(fire("ascend-13865", v))
             return "ascend-13865"

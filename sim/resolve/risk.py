@@ -30,7 +30,7 @@ from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
 from sim.resolve.check import check_policy
 from sim.resolve.presets import get_preset
-from sim.resolve.release_facts import FACTS
+from sim.resolve.release_facts import ASCEND, ASCEND_RELEASE, FACTS
 from sim.resolve.resolution import Resolution, VllmSetup, resolve
 from sim.runs.run import run_policy
 from sim.runs.stats import Z95
@@ -388,9 +388,14 @@ def _candidates(s: VllmSetup, res: Resolution) -> list[tuple[str, str, VllmSetup
     if s.platform == "cuda" and s.vllm == "0.23.0":
         out.append(("upgrade to 0.24.0 (#45100)", "pip install vllm==0.24.0",
                     replace(s, vllm="0.24.0")))  # fmt: skip
-    if s.platform == "ascend" and s.ascend_branch == "main" and s.vllm == "0.23.0":
-        out.append(("vllm-ascend #13865", "vllm-ascend releases/v0.23.0 (17ac75217f)",
-                    replace(s, ascend_branch="v0.23.0")))  # fmt: skip
+    if (
+        s.platform == "ascend"
+        and s.ascend_branch == "main"
+        and s.vllm == ASCEND["post1_vllm"].value
+    ):
+        out.append((f"vllm-ascend {ASCEND_RELEASE} (#13865)",
+                    f"pip install vllm-ascend=={ASCEND_RELEASE}",
+                    replace(s, ascend_branch=ASCEND_RELEASE)))  # fmt: skip
     return out
 
 

@@ -72,6 +72,20 @@ RULES: dict[str, Rule] = {
         Rule("mrv2-counts", "mrv2_counts_on_gpu",
              "MRv2 keeps num_accepted_tokens_gpu on the GPU by request slot, no D2H copy: "
              "policy mrv2"),
+        Rule("mrv2-snapshot", "mrv2_align_snapshot",
+             "align: run_fused_postprocess_align copies the counts into a device snapshot "
+             "before the fused kernel reads them (#50432); stream-ordered on the GPU, no host "
+             "copy"),
+        Rule("v1-removed", "v1_env_raises",
+             "the V1 model runner is removed (no gpu_model_runner.py, gpu_input_batch.py, "
+             "preprocess_mamba or postprocess_mamba_align_gpu): VLLM_USE_V2_MODEL_RUNNER other "
+             "than 1 raises 'Model Runner V1 has been removed'; MRv2 is the only runner"),
+        Rule("v1-removed-env1", "v1_env_raises",
+             "VLLM_USE_V2_MODEL_RUNNER=1 is redundant (vLLM logs a warning): Model Runner V1 "
+             "has been removed, MRv2 is the only runner"),
+        Rule("runner-refuses", "model_runner_validation_raises",
+             "the model runner does not support {feature}: vLLM raises ValueError at startup "
+             "(_validate_model_runner), with no V1 runner to fall back to"),
         Rule("sync-path", "nonalign_d2h_into_input_batch",
              "async scheduling off: sample_tokens blocks, the D2H has landed before "
              "_update_states: policy async-off"),
@@ -103,6 +117,15 @@ RULES: dict[str, Rule] = {
         Rule("ascend-13865", "ascend.pr13865",
              "vllm-ascend #13865: the async D2H goes to the runner's own buffer and is remapped: "
              "policy ascend-13865"),
+        Rule("ascend-release-vllm", "ascend.post1_vllm",
+             "vllm-ascend 0.23.0.post1 is built against vLLM {value}"),
+        Rule("ascend-post1-buffer", "ascend.post1_private_buffer",
+             "vllm-ascend 0.23.0.post1 ships #13865: with async scheduling the align D2H lands "
+             "in the runner's own num_accepted_tokens.cpu, not the InputBatch's"),
+        Rule("ascend-post1-remap", "ascend.post1_remap",
+             "vllm-ascend 0.23.0.post1: after the event wait the private counts are remapped "
+             "through prev_positions, no gather from the moved InputBatch buffer: policy "
+             "ascend-13865"),
     )
 }  # fmt: skip
 

@@ -6,7 +6,13 @@
 #   VERSIONS="0.27.1 0.33.0" bash tests/conformance/all_releases.sh   (default: all modelled)
 #   CACHE=DIR   where wheels and unpacked trees live (default: the repository's .cache)
 #   PYTHON=...  interpreter (default: .venv/bin/python, else python3)
-#   ASCEND_GIT=DIR  a vllm-ascend clone: also check its facts -> data/conformance/ascend.json
+#   ASCEND_VERSIONS="0.23.0.post1"  vllm-ascend PyPI releases whose facts are checked from their
+#                   sdist (fetch_ascend.sh, about 15 MB each) -> data/conformance/ascend.json
+#                   "releases"; empty: none
+#   ASCEND_GIT=DIR  a vllm-ascend clone: also check the facts that name a commit (main, the
+#                   releases/v0.23.0 branch) -> ascend.json "facts" (else those are kept as they are)
+#   SCHED_VERSIONS="0.23.0 0.24.0 0.28.0 0.33.0"  releases for the scheduler suite (it needs the
+#                   V1 InputBatch: no 0.34.0); empty: skip it
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -15,24 +21,57 @@ py="${PYTHON:-$repo/.venv/bin/python}"
 test -x "$py" || py=python3
 cd "$repo"
 versions="${VERSIONS:-$("$py" -c 'from sim.resolve.release_facts import RELEASES; print(*RELEASES)')}"
-if [[ -n "${ASCEND_GIT:-}" ]]; then
-    "$py" "$here/ascend_rules.py" "$ASCEND_GIT" > "$repo/data/conformance/.ascend.json.tmp"
-    mv "$repo/data/conformance/.ascend.json.tmp" "$repo/data/conformance/ascend.json"
-    echo "wrote $repo/data/conformance/ascend.json"
-fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/ascend"
+if [[ -n "${ASCEND_GIT:-}" ]]; then
+    "$py" "$here/ascend_rules.py" "$ASCEND_GIT" > "$tmp/ascend/git.json"
+fi
+for av in ${ASCEND_VERSIONS-0.23.0.post1}; do
+    bash "$here/fetch_ascend.sh" "$av" "$cache"
+    "$py" "$here/ascend_rules.py" --sdist "$cache/wheels/vllm_ascend-$av.tar.gz" \
+        > "$tmp/ascend/release-$av.json"
+done
+"$py" - "$tmp/ascend" "$repo/data/conformance/ascend.json" <<'PY'
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def write_json(path: Path, obj: object) -> None:  # committed data: a plain atomic write
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
+
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+old = json.loads(out.read_text()) if out.is_file() else {}
+git = src / "git.json"
+facts = json.loads(git.read_text())["facts"] if git.is_file() else old.get("facts", {})
+releases = dict(old.get("releases", {}))
+for f in sorted(src.glob("release-*.json")):
+    d = json.loads(f.read_text())
+    releases[d.pop("version")] = d
+held = all(v["held"] for v in facts.values()) and all(r["all_held"] for r in releases.values())
+write_json(out, {"all_held": held, "facts": facts, "releases": releases})
+print(f"wrote {out}: vllm-ascend releases {', '.join(releases) or 'none'}, all held: {held}")
+sys.exit(0 if held else 1)
+PY
 for v in $versions; do
     PIP="${PIP:-$py -m pip}" bash "$here/fetch_release.sh" "$v" "$cache"
     "$py" "$here/release_rules.py" --compare "$cache/vllm-$v" > "$tmp/$v.json"
 done
 "$py" - "$tmp" "$repo/data/conformance/releases.json" <<'PY'
 import json
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, ".")
-from sim.runs.io import write_json
+
+def write_json(path: Path, obj: object) -> None:  # committed data: a plain atomic write
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
 
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 releases = {}
@@ -56,7 +95,10 @@ PY
 
 # The scheduler suite (test_conformance_scheduler.py) over SCHED_STREAMS streams per release of
 # SCHED_VERSIONS, in the conformance env -> data/conformance/scheduler.json.
-sched_versions="${SCHED_VERSIONS:-0.23.0 0.24.0 0.28.0 0.33.0}"
+sched_versions="${SCHED_VERSIONS-0.23.0 0.24.0 0.28.0 0.33.0}"
+if [[ -z "$sched_versions" ]]; then
+    exit 0
+fi
 bash "$here/setup.sh" > /dev/null
 for v in $sched_versions; do
     PIP="${PIP:-$py -m pip}" bash "$here/fetch_release.sh" "$v" "$cache"
@@ -66,11 +108,15 @@ for v in $sched_versions; do
 done
 "$py" - "$tmp/sched" "$repo/data/conformance/scheduler.json" <<'PY'
 import json
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, ".")
-from sim.runs.io import write_json
+
+def write_json(path: Path, obj: object) -> None:  # committed data: a plain atomic write
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True, indent=1) + "\n")
+    os.replace(tmp, path)
 
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 old = json.loads(out.read_text())["releases"] if out.is_file() else {}

@@ -27,6 +27,8 @@ CACHE_CFG = "vllm/config/cache.py"
 VLLM_CFG = "vllm/config/vllm.py"
 SPEC_CFG = "vllm/config/speculative.py"
 MRV2_MAMBA = "vllm/v1/worker/gpu/model_states/mamba_hybrid.py"
+INPUT_BATCH = "vllm/v1/worker/gpu_input_batch.py"
+PLATFORM = "vllm/platforms/interface.py"
 QWEN_FILES = ("vllm/model_executor/models/qwen3_5.py", "vllm/model_executor/models/qwen3_next.py")
 # The architectures our model presets resolve to (config.json of Qwen3.5 / Qwen3.6 / Qwen3-Next).
 QWEN_ARCHS = (
@@ -94,7 +96,10 @@ def _src(node: ast.AST) -> str:
 def guard(t: Tree) -> Found:
     """``needs_cpu_accepted_counts = ...`` in ``_prepare_inputs`` (#45100), evaluated for every
     (async scheduling, mamba_cache_mode) with the event present: the value lists the
-    combinations that still take the synchronised CPU path; None when absent (0.23.0)."""
+    combinations that still take the synchronised CPU path; None when absent (0.23.0, and
+    0.34.0, which has no V1 runner at all)."""
+    if not t.exists(GMR):
+        return Found(None, GMR, 0)
     fn = _func(t.ast(GMR), "_prepare_inputs")
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and any(
@@ -123,6 +128,8 @@ class _Stub:
 def unguarded_sync(t: Tree) -> Found:
     """Pre-#45100: ``if self.num_accepted_tokens_event is not None:`` whose first statement is
     ``self.num_accepted_tokens_event.synchronize()`` (v0.23.0 L2021-2022). True when present."""
+    if not t.exists(GMR):
+        return Found(False, GMR, 0)
     fn = _func(t.ast(GMR), "_prepare_inputs")
     for node in ast.walk(fn):
         if (
@@ -155,6 +162,8 @@ def _copy_into(fn: ast.AST, target_src: str) -> int:
 
 def nonalign_d2h(t: Tree) -> Found:
     """The non-align branch D2H-copies non-blocking into the InputBatch's pinned tensor."""
+    if not t.exists(GMR):
+        return Found(False, GMR, 0)
     fn = _func(t.ast(GMR), "_update_states_after_model_execute")
     line = _copy_into(fn, "self.input_batch.num_accepted_tokens_cpu_tensor") if fn else 0
     return Found(bool(line), GMR, line)
@@ -163,6 +172,8 @@ def nonalign_d2h(t: Tree) -> Found:
 def align_d2h(t: Tree) -> Found:
     """The align branch: the runner passes the InputBatch's pinned tensor to
     ``postprocess_mamba_align_gpu``, which copies into it non-blocking (mamba_utils.py)."""
+    if not t.exists(GMR):
+        return Found(False, MAMBA_UTILS, 0)
     fn = _func(t.ast(GMR), "_update_states_after_model_execute")
     passes = False
     for node in ast.walk(fn) if fn else ():
@@ -273,7 +284,10 @@ def prefix_caching_off_forces_none(t: Tree) -> Found:
 
 def spec_event(t: Tree) -> Found:
     """``num_accepted_tokens_event`` is created only under an ``if`` on speculative tokens:
-    without speculative decoding there is no count to copy and nothing to race."""
+    without speculative decoding there is no count to copy and nothing to race. None where
+    the V1 runner is gone (0.34.0)."""
+    if not t.exists(GMR):
+        return Found(None, GMR, 0)
     fn = _func(_class(t.ast(GMR), "GPUModelRunner"), "__init__")
     for node in ast.walk(fn):
         if isinstance(node, ast.If) and any(
@@ -309,18 +323,37 @@ def mamba_cache_modes(t: Tree) -> Found:
 
 
 def _property(t: Tree, name: str) -> ast.FunctionDef:
+    fn = _maybe_property(t, name)
+    if fn is None:
+        raise ValueError(f"VllmConfig.{name} not found")
+    return fn
+
+
+def _maybe_property(t: Tree, *names: str) -> ast.FunctionDef | None:
+    """The first of ``names`` that ``VllmConfig`` defines, or None."""
     cls = _class(t.ast(VLLM_CFG), "VllmConfig")
-    for node in cls.body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    raise ValueError(f"VllmConfig.{name} not found")
+    for name in names:
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                return node
+    return None
+
+
+# 0.34.0 renamed MRv2's list of unsupported features when MRv2 became the only runner.
+UNSUPPORTED_FNS = (
+    "_get_v2_model_runner_unsupported_features",
+    "_get_model_runner_unsupported_features",
+)
 
 
 def mrv2_default_for_qwen(t: Tree) -> Found:
     """Whether ``use_v2_model_runner`` defaults to MRv2 for a Qwen3.5/Qwen3-Next + MTP config
     with nothing unsupported: False when it first requires ``_is_default_v2_model_runner_model``
-    and the default-architecture list names none of the Qwen hybrid architectures."""
-    fn = _property(t, "use_v2_model_runner")
+    and the default-architecture list names none of the Qwen hybrid architectures. None where
+    the property is gone (0.34.0: there is no runner left to choose)."""
+    fn = _maybe_property(t, "use_v2_model_runner")
+    if fn is None:
+        return Found(None, VLLM_CFG, 0)
     calls = any(
         isinstance(n, ast.Attribute) and n.attr == "_is_default_v2_model_runner_model"
         for n in ast.walk(fn)
@@ -339,8 +372,11 @@ def mrv2_default_for_qwen(t: Tree) -> Found:
 
 def mrv2_env_override(t: Tree) -> Found:
     """``VLLM_USE_V2_MODEL_RUNNER`` set (0 or 1) decides ``use_v2_model_runner`` before any
-    default: the property returns it as soon as it is not None."""
-    fn = _property(t, "use_v2_model_runner")
+    default: the property returns it as soon as it is not None. None where the property is
+    gone (0.34.0: ``v1_env_raises`` says what the variable does there)."""
+    fn = _maybe_property(t, "use_v2_model_runner")
+    if fn is None:
+        return Found(None, VLLM_CFG, 0)
     for node in ast.walk(fn):
         if (
             isinstance(node, ast.Assign)
@@ -353,8 +389,11 @@ def mrv2_env_override(t: Tree) -> Found:
 
 def mrv2_supports_mtp(t: Tree) -> Found:
     """``_get_v2_model_runner_unsupported_features`` does not list MTP: either a
-    ``method not in (...)`` whitelist names ``"mtp"``, or no branch names it as unsupported."""
-    fn = _property(t, "_get_v2_model_runner_unsupported_features")
+    ``method not in (...)`` whitelist names ``"mtp"``, or no branch names it as unsupported.
+    0.34.0: the same for ``_get_model_runner_unsupported_features`` (the only runner's list)."""
+    fn = _maybe_property(t, *UNSUPPORTED_FNS)
+    if fn is None:
+        return Found(None, VLLM_CFG, 0)
     for node in ast.walk(fn):
         if isinstance(node, ast.Compare) and _src(node.left) == "speculative_config.method":
             op, right = node.ops[0], node.comparators[0]
@@ -370,8 +409,12 @@ def mrv2_supports_mtp(t: Tree) -> Found:
 def mrv2_unsupported_features(t: Tree) -> Found:
     """The fixed feature names ``_get_v2_model_runner_unsupported_features`` appends (also
     those of helpers it extends with, e.g. 0.33.0's ``_get_dbo_unsupported_features``): any of
-    them in a configuration makes ``use_v2_model_runner`` fall back to MRv1."""
-    fn = _property(t, "_get_v2_model_runner_unsupported_features")
+    them in a configuration makes ``use_v2_model_runner`` fall back to MRv1. 0.34.0: the list of
+    ``_get_model_runner_unsupported_features``, where any of them makes vLLM refuse to start
+    (``model_runner_validation_raises``)."""
+    fn = _maybe_property(t, *UNSUPPORTED_FNS)
+    if fn is None:
+        return Found(None, VLLM_CFG, 0)
     names = set(_appended_names(fn))
     for n in ast.walk(fn):
         if (
@@ -404,8 +447,10 @@ def _appended_names(fn: ast.AST) -> list[str]:
 def mrv2_validation_raises(t: Tree) -> Found:
     """With MRv2 chosen (e.g. ``VLLM_USE_V2_MODEL_RUNNER=1``) and any unsupported feature,
     ``_validate_v2_model_runner`` raises ``ValueError`` (vLLM refuses to start) instead of
-    falling back."""
-    fn = _property(t, "_validate_v2_model_runner")
+    falling back. None where the method is gone (0.34.0: ``model_runner_validation_raises``)."""
+    fn = _maybe_property(t, "_validate_v2_model_runner")
+    if fn is None:
+        return Found(None, VLLM_CFG, 0)
     for node in ast.walk(fn):
         if (
             isinstance(node, ast.If)
@@ -452,6 +497,115 @@ def mrv2_counts_on_gpu(t: Tree) -> Found:
             line = node.lineno
     d2h = any(isinstance(n, ast.keyword) and n.arg == "non_blocking" for n in ast.walk(mod))
     return Found(bool(line) and not d2h, MRV2_MAMBA, line)
+
+
+def mrv2_align_snapshot(t: Tree) -> Found:
+    """MRv2 align (#50432): ``run_fused_postprocess_align`` (mamba_utils.py) first copies the
+    counts into a device snapshot, ``<snapshot>.copy_(num_accepted_tokens_gpu)``, which the
+    fused kernel reads while it resets the live buffer. True at the copy's line; False where
+    the kernel reads the live counts it updates (0.25.0-0.27.1); None without the fused
+    kernel (0.23.0, 0.24.0)."""
+    fn = _func(t.ast(MAMBA_UTILS), "run_fused_postprocess_align")
+    if fn is None:
+        return Found(None, MAMBA_UTILS, 0)
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "copy_"
+            and isinstance(node.func.value, ast.Name)
+            and [_src(a) for a in node.args] == ["num_accepted_tokens_gpu"]
+        ):
+            return Found(True, MAMBA_UTILS, node.lineno)
+    return Found(False, MAMBA_UTILS, 0)
+
+
+# -- the V1 runner, and its removal in 0.34.0 --------------------------------------------------
+def _top_level(t: Tree, rel: str, kind: type, name: str) -> Found:
+    """True at the line of ``rel``'s top-level ``class``/``def`` ``name``; False (line 0) when
+    the file or the definition is absent."""
+    if not t.exists(rel):
+        return Found(False, rel, 0)
+    for node in t.ast(rel).body:
+        if isinstance(node, kind) and node.name == name:
+            return Found(True, rel, node.lineno)
+    return Found(False, rel, 0)
+
+
+def v1_runner_present(t: Tree) -> Found:
+    """``class GPUModelRunner`` in ``vllm/v1/worker/gpu_model_runner.py``: the V1 runner, whose
+    align D2H lands in the InputBatch buffer. False in 0.34.0 (the file is gone)."""
+    return _top_level(t, GMR, ast.ClassDef, "GPUModelRunner")
+
+
+def v1_input_batch_present(t: Tree) -> Found:
+    """``class InputBatch`` in ``vllm/v1/worker/gpu_input_batch.py``: the row-indexed pinned
+    ``num_accepted_tokens_cpu`` the CPU rearranges. False in 0.34.0 (the file is gone)."""
+    return _top_level(t, INPUT_BATCH, ast.ClassDef, "InputBatch")
+
+
+def v1_preprocess_mamba_present(t: Tree) -> Found:
+    """``def preprocess_mamba`` (mamba_utils.py): the V1 align consumer of the CPU counts.
+    False in 0.34.0."""
+    return _top_level(t, MAMBA_UTILS, ast.FunctionDef, "preprocess_mamba")
+
+
+def v1_postprocess_align_present(t: Tree) -> Found:
+    """``def postprocess_mamba_align_gpu`` (mamba_utils.py): the V1 align producer, the
+    non-blocking D2H into the InputBatch tensor. False in 0.34.0."""
+    return _top_level(t, MAMBA_UTILS, ast.FunctionDef, "postprocess_mamba_align_gpu")
+
+
+def _message(node: ast.expr) -> str:
+    """A string or f-string literal as text, ``{expr}`` for each formatted part."""
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(v.value) if isinstance(v, ast.Constant) else "{" + _src(v.value) + "}"
+            for v in node.values
+            if isinstance(v, (ast.Constant, ast.FormattedValue))
+        )
+    return _src(node)
+
+
+def v1_env_raises(t: Tree) -> Found:
+    """``Platform.validate_environ`` (platforms/interface.py, 0.34.0): ``VLLM_USE_V2_MODEL_RUNNER``
+    set to anything but ``1`` raises ``ValueError`` saying Model Runner V1 has been removed.
+    The value is the message (``{value}`` for the variable's value), the line the ``if`` on the
+    variable's name; None where no such check exists (0.23.0-0.33.0: the variable chooses)."""
+    fn = _func(t.ast(PLATFORM), "validate_environ")
+    for node in ast.walk(fn) if fn else ():
+        if isinstance(node, ast.If) and _src(node.test) == "env == 'VLLM_USE_V2_MODEL_RUNNER'":
+            for inner in node.body:
+                if (
+                    isinstance(inner, ast.If)
+                    and _src(inner.test) == "value != '1'"
+                    and isinstance(inner.body[0], ast.Raise)
+                    and isinstance(inner.body[0].exc, ast.Call)
+                    and _src(inner.body[0].exc.func) == "ValueError"
+                ):
+                    msg = _message(inner.body[0].exc.args[0])
+                    if "Model Runner V1 has been removed" in msg:
+                        return Found(msg, PLATFORM, node.lineno)
+    return Found(None, PLATFORM, 0)
+
+
+def model_runner_validation_raises(t: Tree) -> Found:
+    """``VllmConfig._validate_model_runner`` (0.34.0): any feature of
+    ``_get_model_runner_unsupported_features`` raises ``ValueError``; there is no runner left to
+    fall back to. True at the ``if unsupported:`` line; None where the method does not exist
+    (0.23.0-0.33.0 choose a runner instead, ``mrv2_unsupported_features``)."""
+    fn = _maybe_property(t, "_validate_model_runner")
+    for node in ast.walk(fn) if fn else ():
+        if (
+            isinstance(node, ast.If)
+            and _src(node.test) == "unsupported"
+            and isinstance(node.body[0], ast.Raise)
+            and _src(node.body[0].exc.func) == "ValueError"
+        ):
+            return Found(True, VLLM_CFG, node.lineno)
+    return Found(None, VLLM_CFG, 0)
 
 
 # -- the scheduler (tests/conformance/test_conformance_scheduler.py holds sim to it) ----------
@@ -533,6 +687,13 @@ FINDERS = {
     "mrv2_validation_raises": mrv2_validation_raises,
     "async_default_on_with_mtp": async_default_on_with_mtp,
     "mrv2_counts_on_gpu": mrv2_counts_on_gpu,
+    "mrv2_align_snapshot": mrv2_align_snapshot,
+    "v1_runner_present": v1_runner_present,
+    "v1_input_batch_present": v1_input_batch_present,
+    "v1_preprocess_mamba_present": v1_preprocess_mamba_present,
+    "v1_postprocess_align_present": v1_postprocess_align_present,
+    "v1_env_raises": v1_env_raises,
+    "model_runner_validation_raises": model_runner_validation_raises,
     "avoid_extra_step": avoid_extra_step,
     "mamba_split_rule": mamba_split_rule,
     "pad_new_decode": pad_new_decode,
