@@ -5,7 +5,11 @@ configuration the report states and, in ``assumed``, every value it does not sta
 is predicted twice, neither tuned to any report: with the model preset's roofline GPU timing
 (what ``sim risk`` uses) and with qwen35-mtp3's balanced GPU timing (6 ms forward, the
 regime docs/mechanism.md §8 says the race needs). ``verdict`` compares the reported and the
-predicted 95 % intervals (Wilson): ``agree`` when they overlap, else ``disagree``.
+predicted 95 % intervals (Wilson): ``agree`` when they overlap, else ``disagree``. A report
+that gives no rate says only "corrupts" (``corrupted=-1``) or "does not corrupt" (0 of 0); an
+arm that carries a report's configuration to a release nobody has reported on
+(``corrupted=NOT_REPORTED``, e.g. the #51599 thread's V1 setup on 0.34.0, which has no V1) is a
+prediction only, with no verdict.
 
 ``python -m sim field-reports --out data/field_reports`` regenerates ``raw.json`` (every
 estimate) and ``summary.md`` / ``summary.json`` (the table).
@@ -27,6 +31,7 @@ from sim.resolve.risk import (
 )
 
 TIMINGS = {"roofline": {}, "balanced": BALANCED_GPU}
+NOT_REPORTED = -2  # Arm.corrupted: no report on this release; the row is a prediction only
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ ARMS: tuple[Arm, ...] = (
                   runner="v1"),
         ("prefix caching on (the report is about align)", "Qwen3.5-27B, MTP k=3, "
          "max_num_seqs 64 (not stated)"), seeds=8),
-    Arm("vllm-ascend#13863", "before #13865, 100% KV", 2, 512,
+    Arm("vllm-ascend#13863", "before #13865 (main), 100% KV", 2, 512,
         VllmSetup(vllm="0.23.0", model="qwen3.6-35b-a3b", platform="ascend",
                   prefix_caching="on", async_scheduling="on", max_num_seqs=32),
         ("vllm-ascend main code path (no #13865) on vLLM 0.23.0",
@@ -93,11 +98,12 @@ ARMS: tuple[Arm, ...] = (
          "tokens (about 85% of what 32 such requests need), so the scheduler preempts "
          "(report: 100% KV usage)", "MTP k=3"),
         overrides=ASCEND_LOAD, seeds=4),
-    Arm("vllm-ascend#13865", "with #13865, 98.82% KV", 0, 512,
+    Arm("vllm-ascend#13865", "with #13865 (0.23.0.post1), 98.82% KV", 0, 512,
         VllmSetup(vllm="0.23.0", model="qwen3.6-35b-a3b", platform="ascend",
                   prefix_caching="on", async_scheduling="on", max_num_seqs=32,
-                  ascend_branch="v0.23.0"),
-        ("as the #13863 arm",),
+                  ascend_branch="0.23.0.post1"),
+        ("as the #13863 arm", "vllm-ascend 0.23.0.post1 (PyPI; its sdist has #13865 at the "
+         "lines of releases/v0.23.0, where the report validated it)"),
         overrides=ASCEND_LOAD, seeds=4),
     Arm("vllm#35288", "max-num-seqs 4", -1, 0,
         VllmSetup(vllm="0.23.0", model=Q, max_num_seqs=4, async_scheduling="on"),
@@ -119,6 +125,21 @@ ARMS: tuple[Arm, ...] = (
         VllmSetup(vllm="0.23.0", model=Q, max_num_seqs=2, async_scheduling="on"),
         ("as the max-num-seqs 4 arm before #36013",),
         seeds=8, steps=4000, policy_override="unsynced"),
+    # The #51599 thread (2026-09-15): a user on the V1 runner reports "these exact corrupted
+    # outputs" and turning async scheduling off; then the same configuration on 0.34.0, which
+    # has no V1 runner (nobody has reported on it: a prediction only).
+    Arm("vllm#51599 (2026-09-15)", "V1 runner, align, async, 0.33.0", -1, 0,
+        VllmSetup(vllm="0.33.0", model=Q, prefix_caching="on", async_scheduling="on",
+                  runner="v1"),
+        ("vLLM 0.33.0, the last release with the V1 runner (the thread: teams still on V1; "
+         "release not stated)", "prefix caching on, so align (the path #51599 fixes)",
+         "Qwen3.5-27B, MTP k=3, max_num_seqs 64 (not stated)",
+         "report gives no rate: 'these exact corrupted outputs'"), seeds=4),
+    Arm("vllm#51599 (2026-09-15)", "same configuration on 0.34.0 (MRv2 only)", NOT_REPORTED, 0,
+        VllmSetup(vllm="0.34.0", model=Q, prefix_caching="on", async_scheduling="on"),
+        ("vLLM 0.34.0 refuses VLLM_USE_V2_MODEL_RUNNER=0, so the V1 configuration runs on "
+         "MRv2 (the counts stay on the GPU by request slot)", "no report on 0.34.0 known "
+         "(2026-12-05): a prediction only", "as the 0.33.0 arm otherwise"), seeds=4),
 )  # fmt: skip
 
 
@@ -145,6 +166,8 @@ def reported_interval(arm: Arm) -> tuple[float, float, float] | None:
 
 
 def verdict(arm: Arm, e: RateEstimate) -> str:
+    if arm.corrupted == NOT_REPORTED:
+        return "no report: prediction only"
     rep = reported_interval(arm)
     if rep is None:  # qualitative report: corrupts (-1) or not (0)
         if arm.corrupted < 0:
@@ -188,7 +211,9 @@ def summary_markdown(rows: list[dict]) -> str:
         e = r["estimate"]
         rep = r["reported_per_10k"]
         if rep is None:
-            reported = "corrupts" if r["reported_corrupted"] < 0 else "does not corrupt"
+            reported = {-1: "corrupts", NOT_REPORTED: "not reported"}.get(
+                r["reported_corrupted"], "does not corrupt"
+            )
             rep_txt = "-"
         else:
             reported = f"{r['reported_corrupted']}/{r['reported_generations']:,}"
