@@ -187,6 +187,10 @@ def build_parser(
         "--partial", action="store_true",
         help="list predictions whose run is missing under not_run instead of failing",
     )  # fmt: skip
+    oc.add_argument(
+        "--force", action="store_true",
+        help="replace an outcome.json there (only one this command wrote and nobody changed)",
+    )  # fmt: skip
     add_format_arg(oc, "the results, one per configuration")
 
     rp = sub.add_parser(
@@ -386,6 +390,25 @@ def cmd_replay(args: argparse.Namespace) -> str:
     return message.replace(str(tmp), str(out))
 
 
+def _out_file(text: str, inputs: list) -> None:
+    """A file the command writes, checked before any work (``sim.runs.outputs.prepare_file``:
+    a file there only if specrace wrote it), and never inside the command's own inputs."""
+    from pathlib import Path
+
+    from sim.errors import SpecraceError
+    from sim.runs.outputs import prepare_file
+
+    try:
+        path = prepare_file(text)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+    for src in inputs:
+        src = Path(src).resolve()
+        if path == src or src in path.parents:
+            raise UsageError(f"--out {text} is inside the input {src}: the output would replace "
+                             "what it is made from; name a file elsewhere")  # fmt: skip
+
+
 def _out_dir(text: str, kind: str):
     """A folder the command writes its files into, checked before any work (``sim.runs.outputs``:
     new, empty, or specrace's of this kind); created and marked at the first write."""
@@ -443,16 +466,23 @@ def cmd_vllm_export(args: argparse.Namespace) -> str:
 
     from gpu_check.vllm.export import export_run
     from gpu_check.vllm.tables import export_folder, write_tables
+    from sim.errors import SpecraceError
+    from sim.runs.io import fresh_output_dir
 
     src = Path(args.raw)
-    if src.is_dir():  # a version folder of data/vllm: every raw/*.json.gz, then the tables
+    if src.is_dir():  # a vllm-run folder: every raw/*.json.gz, then its tables, all under it
+        _out_dir(str(src), "vllm-run")
         reports = _vllm_input(export_folder, src, what=src)
-        write_tables(src.parent)
+        _vllm_input(write_tables, src, what=src)
         return json.dumps(reports, indent=2, default=int)
     if not args.out:
         raise UsageError("--out is required when exporting one raw record")
-    out = _out_dir(args.out, "vllm-export")
-    return json.dumps(_vllm_input(export_run, src, out, what=src), indent=2)
+    try:
+        with fresh_output_dir(Path(args.out), kind="vllm-export") as tmp:  # whole or nothing
+            report = _vllm_input(export_run, src, tmp, what=src)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+    return json.dumps(report, indent=2)
 
 
 def cmd_vllm_compare(args: argparse.Namespace) -> str:
@@ -522,7 +552,11 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     from gpu_check.vllm.outcome import outcome, outcome_text
 
     runs = [Path(r) for r in args.runs]
-    doc = _vllm_input(outcome, Path(args.prereg), runs, args.partial, what=args.prereg)
+    prereg = Path(args.prereg)
+    if (prereg / "outcome.json").exists() and not args.force:  # before judging
+        raise UsageError(f"{prereg}/outcome.json exists: --force replaces it (only an outcome "
+                         "vllm-outcome wrote and nobody changed)")  # fmt: skip
+    doc = _vllm_input(outcome, prereg, runs, args.partial, what=args.prereg)
     return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 
 
@@ -547,6 +581,7 @@ def cmd_vllm_ab(args: argparse.Namespace) -> str:
     from gpu_check.vllm.outcome import ab_summary, ab_text
 
     runs = [Path(r) for r in args.runs]
+    _out_file(args.out, runs)
     doc = _vllm_input(ab_summary, runs, Path(args.out), what=" ".join(args.runs))
     throughput = [{"vllm": t["vllm"], "rounds": t["rounds"], "arm": name, **a}
                   for t in doc["throughput"] for name, a in t["arms"].items()]  # fmt: skip
@@ -560,6 +595,7 @@ def cmd_vllm_consequence(args: argparse.Namespace) -> str:
     from gpu_check.vllm.consequence import consequence, consequence_text
 
     runs = [Path(r) for r in args.runs]
+    _out_file(args.out, runs)
     doc = _vllm_input(consequence, runs, Path(args.out), what=" ".join(args.runs))
     return consequence_text(doc)
 
@@ -569,6 +605,7 @@ def cmd_vllm_figure(args: argparse.Namespace) -> str:
 
     from gpu_check.vllm.figure import figure_for_run
 
+    _out_file(args.out, [Path(args.dir)])
     read = _vllm_input(figure_for_run, Path(args.dir), Path(args.out), args.step, args.req,
                        what=args.dir)  # fmt: skip
     return f"{args.out}: step {int(read['step'])}, {read['req_id']}"

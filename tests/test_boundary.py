@@ -21,6 +21,7 @@ from load import limit_s
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
+from sim.runs.outputs import MANIFEST, MARKER, record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -287,13 +288,21 @@ def test_ctrl_c_of_a_real_sim_process(tmp_path: Path) -> None:
     assert sorted(q.name for q in tmp_path.iterdir()) == []
 
 
-# -- kills before a rename: resume and --force remove what they left ----------------------------
-def test_force_removes_stale_temporaries_of_its_own_naming(tmp_path: Path) -> None:
+# -- kills before a rename: resume and --force remove what they left, and only that ----------------
+def test_stale_temporaries_are_removed_only_if_they_carry_the_marker(tmp_path: Path) -> None:
+    from sim.runs.outputs import write_marker
+
     out = tmp_path / "run"
     stale = [tmp_path / ".run.k1ll3d_x.tmp", tmp_path / ".run.abcdefgh.old"]
-    stale[0].mkdir()
+    for d in stale:  # a run folder killed while written; one a replace had moved aside
+        d.mkdir()
+    write_marker(stale[0], "run", writing=True)
     (stale[0] / "reads.parquet").write_text("half")
-    stale[1].mkdir()
+    write_marker(stale[1], "run")
+    users = [tmp_path / ".run.20241205.old", tmp_path / ".run.abcdefgh.tmp"]  # named like ours
+    for d in users:
+        d.mkdir()
+        (d / "thesis.txt").write_text("mine")
     others = [tmp_path / ".run.notes", tmp_path / ".other.abcdefgh.tmp", tmp_path / "keep.tmp"]
     for p in others:
         p.write_text("not ours")
@@ -301,10 +310,13 @@ def test_force_removes_stale_temporaries_of_its_own_naming(tmp_path: Path) -> No
     argv = ["run", "--scenario", "minimal-race", "--policy", "align", "--no-trace"]
     assert run_cli([*argv, "--out", str(out)])[0] == 0
     assert not any(p.exists() for p in stale) and all(p.exists() for p in others)
+    assert all((d / "thesis.txt").read_text() == "mine" for d in users)
     assert (tmp_path / ".run.symlink.tmp").is_symlink()
     stale[0].mkdir()
+    write_marker(stale[0], "run", writing=True)
     assert run_cli([*argv, "--out", str(out), "--force"])[0] == 0
     assert not stale[0].exists() and (out / "reads.parquet").is_file()
+    assert all((d / "thesis.txt").read_text() == "mine" for d in users)
 
 
 def test_a_killed_sweep_resumes_without_its_temporaries(tmp_path: Path) -> None:
@@ -314,12 +326,17 @@ def test_a_killed_sweep_resumes_without_its_temporaries(tmp_path: Path) -> None:
             "--out", str(out)]  # fmt: skip
     assert run_cli(argv)[0] == 0
     first = sorted((out / "points").iterdir())[0]
-    first.unlink()  # the point whose write was killed
-    (out / "points" / f".{first.name}.abcdefgh.tmp").write_text('{"half')
-    (out / ".sweep.parquet.abcdefgh.tmp").write_text("half")
+    first.unlink()  # the point whose write was killed: its temporary listed, as writes list it
+    killed = [out / "points" / f".{first.name}.abcdefgh.tmp", out / ".sweep.parquet.abcdefgh.tmp"]
+    for t in killed:
+        record(out, t.relative_to(out).as_posix(), temp=True)
+        t.write_text("half")
+    mine = out / "points" / f".{first.name}.mynotes1.tmp"  # named like ours, never listed
+    mine.write_text("mine")
     code, err = run_cli(argv)
     assert code == 0, err
-    assert first.is_file() and sorted(p.name for p in out.rglob(".*")) == [".specrace-run.json"]
+    assert first.is_file() and not any(t.exists() for t in killed) and mine.read_text() == "mine"
+    assert sorted(p.name for p in out.rglob(".*")) == sorted([MARKER, MANIFEST, mine.name])
 
 
 # -- the resource guard -------------------------------------------------------------------------
@@ -368,9 +385,12 @@ def test_a_plot_removes_what_a_killed_plot_left(tmp_path: Path, run_dir: Path) -
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
     stale = run / ".margins.png.abcdefgh.tmp"
+    record(run, stale.name, temp=True)  # a plot's write lists its temporary before making it
     stale.write_text("half a png")
+    unlisted = run / ".margins.png.12345678.tmp"
+    unlisted.write_text("named like ours, never listed")
     assert run_cli(["plot", str(run)])[0] == 0
-    assert (run / "margins.png").is_file() and not stale.exists()
+    assert (run / "margins.png").is_file() and not stale.exists() and unlisted.exists()
 
 
 def test_out_that_is_the_working_directory() -> None:

@@ -458,15 +458,19 @@ def test_sweep_specs(tmp_path_factory, run_tree: Path, data: st.DataObject) -> N
     argv = ["sweep", "--scenario", "minimal-race", "--policy", "align,unsynced", "--steps", "8",
             "--vary", "timing.dma_land_delay_ns=20000,40000", "--workers", "1", "--quiet",
             "--out", str(out)]  # fmt: skip
-    if mode == "stale":  # what a kill just before a rename leaves: removed on resume
+    if mode == "stale":  # what a kill just before a rename leaves (listed first): removed on resume
+        from sim.runs.outputs import record
+
         stale = [out / ".sweep.parquet.k1ll3d_x.tmp", out / "points" / ".0123.json.abcdefgh.tmp"]
         for p in stale:
+            record(out, p.relative_to(out).as_posix(), temp=True)
             p.write_text("half")
-        keep = out / ".notes.tmp"  # not of our naming: kept
-        keep.write_text("mine")
+        keep = [out / ".notes.tmp", out / "points" / ".0124.json.mynotes1.tmp"]  # not listed
+        for p in keep:
+            p.write_text("mine")
         code, err = run_cli(argv)
         assert code == 0, err
-        assert not any(p.exists() for p in stale) and keep.exists()
+        assert not any(p.exists() for p in stale) and all(p.exists() for p in keep)
         if CAMPAIGN:
             check_case("sweep specs", argv, "resume over stale temporaries", None,
                        expect=(out / "sweep.parquet",))  # fmt: skip

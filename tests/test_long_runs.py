@@ -100,6 +100,7 @@ def test_streamed_run_cli_writes_what_a_full_run_writes(tmp_path: Path) -> None:
         tmp_path / "full" / "reads.parquet"
     ).read_bytes()
     assert sorted(p.name for p in (tmp_path / "stream").iterdir()) == [
+        ".specrace-manifest.jsonl",
         ".specrace-run.json",
         "meta.json",
         "reads.parquet",

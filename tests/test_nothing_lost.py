@@ -24,7 +24,7 @@ from test_boundary import refused, run_dir, run_schedule, schedule  # noqa: F401
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
-from sim.runs.outputs import MARKER, prepare_dir, prepare_file
+from sim.runs.outputs import MANIFEST, MARKER, prepare_dir, prepare_file
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run", "--scenario", "minimal-race", "--policy", "align", "--no-trace"]
@@ -95,13 +95,18 @@ def test_a_marker_of_no_kind_is_not_ours(tmp_path: Path, kind: object) -> None:
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
-def test_force_replaces_a_run_an_older_specrace_wrote(tmp_path: Path) -> None:
-    """A run folder without the marker (written before it existed) is known by its files."""
+def test_a_run_an_older_specrace_wrote_is_refused_with_how_to_move_it(tmp_path: Path) -> None:
+    """An older specrace's marker carries no manifest: it proves nothing, so even --force
+    leaves the folder as it is and says how to move it aside."""
     out = tmp_path / "old"
     assert run_cli(["run", "--scenario", "minimal-race", "--no-trace", "--out", str(out)])[0] == 0
-    (out / MARKER).unlink()
-    assert run_cli([*RUN, "--out", str(out), "--force"])[0] == 0
-    assert (out / MARKER).is_file() and not (out / "comparison.json").exists()
+    doc = json.loads((out / MARKER).read_text())
+    (out / MARKER).write_text(json.dumps({k: v for k, v in doc.items() if k != "format"}))
+    (out / MANIFEST).unlink()
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    err = refused([*RUN, "--out", str(out), "--force"], "older specrace")
+    assert f"mv {out} {out}.old" in err
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
 def test_every_writer_refuses_a_users_folder_or_file(tmp_path: Path, run_dir: Path) -> None:  # noqa: F811

@@ -1,10 +1,10 @@
 """All file I/O of ``sim``: atomic writes, the run directory, and the checks of what is read.
 
 Every output is written to a temporary file in the target folder and renamed into place,
-so a killed run never leaves a half-written file behind (:func:`remove_stale` clears what a
-kill just before the rename left). Every table a command reads is checked before use: the
-expected file, its schema (:func:`table_kinds`), and a run's tables against its schedule
-(:func:`check_run_tables`).
+so a killed run never leaves a half-written file behind (``sim.runs.outputs.remove_stale``
+clears what a kill just before the rename left, where it can prove it is ours). Every table
+a command reads is checked before use: the expected file, its schema (:func:`table_kinds`),
+and a run's tables against its schedule (:func:`check_run_tables`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -22,22 +21,42 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import SpecraceError
+from sim.runs.outputs import remove_stale as remove_stale  # its callers import it from here
 
 
-def atomic_write(path: Path, write: Callable[[Path], None], checked: bool = False) -> None:
-    """Call ``write(tmp)`` and rename ``tmp`` to ``path`` only if it succeeded. ``checked``:
-    the caller has already checked the folder (:func:`check_out_path` of it) and names a
-    plain file of its own in it (a sweep's thousands of point files)."""
+def atomic_write(
+    path: Path, write: Callable[[Path], None], checked: bool = False, sign: bool | str = False
+) -> None:
+    """Call ``write(tmp)`` and put ``tmp`` at ``path`` only if it succeeded. ``checked``: the
+    caller has already checked the folder (:func:`check_out_path` of it) and names a plain file
+    of its own in it (a sweep's thousands of point files). ``sign``: embed specrace's signature
+    (``sim.runs.signature``), for a file written outside a marked folder: True in the way of
+    ``path``'s suffix, or the format's suffix (".json") where the name may not say it.
+
+    In a marked output folder the file is listed in its manifest; a file already at ``path`` is
+    replaced only if specrace can prove it wrote it, checked at the moment of replacing
+    (``sim.runs.outputs.install_file``)."""
+    from sim.runs.outputs import home, install_file, marker, record, sha256
+
     if not checked:
         check_out_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _new_temp(path)
+        folder = home(path.parent)
+        listed = folder is not None and not (marker(folder) or {}).get("writing")
+        tmp = _new_temp(path, folder if listed else None)
     except OSError as e:
         raise SpecraceError(f"cannot write {path}: {e.strerror}") from None
     try:
         write(tmp)
-        os.replace(tmp, path)
+        if sign:
+            from sim.runs.signature import sign as signed
+
+            tmp.write_bytes(signed(tmp.read_bytes(), path, sign if isinstance(sign, str) else ""))
+        if listed:
+            assert folder is not None
+            record(folder, path.relative_to(folder).as_posix(), sha256(tmp))
+        install_file(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -46,12 +65,17 @@ def atomic_write(path: Path, write: Callable[[Path], None], checked: bool = Fals
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
 
 
-def _new_temp(path: Path) -> Path:
+def _new_temp(path: Path, folder: Path | None = None) -> Path:
     """A new empty file ``.<name>.<8 random chars>.tmp`` beside ``path`` (the name
-    :func:`remove_stale` knows), created with mode 0666 less the umask, as outputs are
-    (mkstemp's 0600 would need a chmod, and reading the umask two more calls)."""
+    ``sim.runs.outputs.remove_stale`` knows), created with mode 0666 less the umask, as outputs
+    are (mkstemp's 0600 would need a chmod, and reading the umask two more calls). In a marked
+    ``folder`` it is listed as a temporary first, so a kill leaves nothing unproved there."""
+    from sim.runs.outputs import record
+
     for _ in range(100):
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        if folder is not None:
+            record(folder, tmp.relative_to(folder).as_posix(), temp=True)
         try:
             os.close(os.open(tmp, _TEMP_FLAGS, 0o666))
         except FileExistsError:
@@ -70,15 +94,19 @@ def check_out_path(path: Path) -> None:
     check_path(path)
 
 
-def atomic_write_text(path: Path, text: str, checked: bool = False) -> None:
+def atomic_write_text(
+    path: Path, text: str, checked: bool = False, sign: bool | str = False
+) -> None:
     def write(tmp: Path) -> None:
         tmp.write_text(text)
 
-    atomic_write(path, write, checked)
+    atomic_write(path, write, checked, sign)
 
 
-def write_json(path: Path, obj: Any, checked: bool = False) -> None:
-    atomic_write_text(path, json.dumps(obj, sort_keys=True, indent=1) + "\n", checked)
+def write_json(path: Path, obj: Any, checked: bool = False, sign: bool = False) -> None:
+    """``obj`` as JSON; ``sign``: signed as JSON whatever the file is named."""
+    text = json.dumps(obj, sort_keys=True, indent=1) + "\n"
+    atomic_write_text(path, text, checked, ".json" if sign else False)
 
 
 def read_json(path: Path, what: str) -> Any:
@@ -104,13 +132,15 @@ def _umask() -> int:
 def fresh_output_dir(out: Path, force: bool = False, kind: str = "run") -> Iterator[Path]:
     """A run directory written whole or not at all.
 
-    Yields a temporary directory beside ``out``; on success it is marked as a specrace ``kind``
-    output (``sim.runs.outputs``) and replaces ``out``, which must be absent or empty, or, with
-    ``force``, specrace's own (:func:`sim.runs.outputs.prepare_dir`). On failure or Ctrl-C the
-    temporary, and any parent folder this call created, is removed and ``out`` is left as it
-    was. A directory holds one run: writing a second run into it is refused.
+    Yields a temporary directory beside ``out``, marked at once as a specrace ``kind`` output
+    being written; on success its files are listed in its manifest and it takes the place of
+    ``out``, which must be absent or empty, or, with ``force``, specrace's own ``kind`` output
+    with nothing foreign in it: checked before any work (:func:`sim.runs.outputs.prepare_dir`)
+    and again at the moment of replacing (:func:`sim.runs.outputs.install_dir`). On failure or
+    Ctrl-C the temporary, and any parent folder this call created, is removed and ``out`` is
+    left as it was. A directory holds one run: writing a second run into it is refused.
     """
-    from sim.runs.outputs import prepare_dir, write_marker
+    from sim.runs.outputs import install_dir, prepare_dir, seal, write_marker
 
     path = prepare_dir(out, kind, replace=True, force=force)
     top = path.parent
@@ -120,20 +150,15 @@ def fresh_output_dir(out: Path, force: bool = False, kind: str = "run") -> Itera
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        write_marker(tmp, kind, writing=True)
     except OSError as e:
         raise SpecraceError(f"--out {out}: cannot create: {e.strerror}") from None
     done = False
     try:
         yield tmp
-        write_marker(tmp, kind)
+        seal(tmp, kind)
         os.chmod(tmp, 0o777 & ~_umask())
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
+        install_dir(tmp, path, kind, force=force)
         done = True
         remove_stale(path.parent, path.name)  # what a killed earlier run of this --out left
     finally:
@@ -332,30 +357,6 @@ def read_meta(path: Path) -> dict[str, Any]:
     if "trace" in meta and type(meta["trace"]) is not bool:
         raise SpecraceError(f"{path}: trace {meta['trace']!r} is not true or false")
     return meta
-
-
-# Names our atomic writes give their temporaries: mkstemp/mkdtemp's ".<name>.<8 chars>.tmp" and
-# fresh_output_dir's ".<name>.<8 chars>.old".
-_STALE = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(tmp|old)")
-
-
-def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
-    """Remove what a kill just before an atomic rename left in ``folder``: hidden temporaries
-    of our own naming (of target ``name`` only, if given). Nothing else is touched: not a
-    symbolic link, not a file of another name. Returns what was removed."""
-    removed: list[Path] = []
-    if not folder.is_dir():
-        return removed
-    for p in folder.iterdir():
-        m = _STALE.fullmatch(p.name)
-        if not m or (name is not None and m["name"] != name) or p.is_symlink():
-            continue
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-        removed.append(p)
-    return removed
 
 
 COLS_IMPLIED = ("step", "row", "prev_row", "true_count", "prev_drafts")

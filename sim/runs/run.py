@@ -87,6 +87,13 @@ def write_run(
     result: RunResult,
     write_schedule: bool = True,
 ) -> None:
+    """A run's files into ``out``: the run folder a command is writing (marked), or, from the
+    Python API, a folder of its own that this call marks as a run, so writing it again
+    replaces only what specrace wrote there."""
+    from sim.runs.outputs import claim_dir, home
+
+    if home(out) is None:
+        claim_dir(out, "run")
     if write_schedule:
         atomic_write_text(out / "schedule.json", schedule_mod.dumps(schedule))
     write_parquet(out / "reads.parquet", result.reads)
