@@ -119,6 +119,11 @@ def test_each_run_gets_the_policy_sims_resolution_assigns() -> None:
 
 
 def _copy_export(src: Path, dest: Path) -> Path:
+    """An export's inputs to compare_dir in a folder marked as an export, as vllm-export
+    leaves one: compare_dir's own files are listed there, so it may write them again."""
+    from sim.runs.outputs import write_marker
+
+    write_marker(dest, "vllm-export")
     for name in ("schedule.json", "steps_vllm.parquet", "observed_vllm.parquet", "export.json"):
         shutil.copy(src / name, dest / name)
     return dest
