@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpu_check.environment import cpu_model, environment  # noqa: E402
-from sim.runs.io import atomic_write_text, write_json  # noqa: E402
+from sim.runs.io import atomic_write_text, ensure_out_dir, write_json  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:
@@ -54,7 +54,7 @@ def main() -> int:
     except OSError as e:
         raise SystemExit(f"error: --oracle {args.oracle}: {e.strerror or e}") from None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_out_dir(out, "bench")  # marked: its tables are rewritten only where specrace wrote them
     rows = []
     for n in workers:
         path = out / f"w{n}.json"

@@ -20,6 +20,7 @@ from sim.explore.upstream_test import (
     read_landings,
     render,
 )
+from sim.runs.signature import sign
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +86,7 @@ def test_same_arguments_give_the_same_bytes(tmp_path: Path) -> None:
         r = run_sim("--vllm", "0.24.0", "--out", str(out))
         assert r.returncode == 0, r.stderr
         assert f"wrote {out}" in r.stdout
-    assert one.read_bytes() == two.read_bytes() == render("0.24.0").encode()
+    assert one.read_bytes() == two.read_bytes() == sign(render("0.24.0").encode(), one)
     r = run_sim("--vllm", "0.24.0", "--out", str(one))  # its own file is replaced
     assert r.returncode == 0, r.stderr
     assert not list(tmp_path.glob(".*.tmp"))

@@ -212,7 +212,7 @@ def consequence(runs: list[Path], out: Path) -> dict[str, Any]:
         "diverged_from_the_wrong_step": sum(r["diverged_from_the_wrong_step"] for r in rows),
         "runs": rows,
     }
-    write_json(out, doc)
+    write_json(out, doc, sign=True)
     return doc
 
 

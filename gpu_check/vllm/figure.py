@@ -138,7 +138,7 @@ def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | 
         raise SpecraceError(f"{folder}/observed_vllm.parquet: unreadable ({e})") from None
     read = pick(reads, step, req)
     fig = wrong_read_figure(load_raw(raw_path), read)
-    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=130, format="png"))
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=130, format="png"), sign=".png")
     return read
 
 

@@ -314,7 +314,7 @@ def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str,
         **({"not_run": not_run} if partial else {}),
         "results": rows,
     }
-    write_json(prereg / "outcome.json", doc)
+    write_json(prereg / "outcome.json", doc, sign=True)
     return doc
 
 
@@ -383,7 +383,7 @@ def ab_summary(roots: list[Path], out: Path) -> dict[str, Any]:
         if f.is_dir() and THROUGHPUT_FOLDER.fullmatch(f.name)
     ]
     doc = {"schema": "specrace.vllm_ab", "arms": arms, "throughput": tp}
-    write_json(out, doc)
+    write_json(out, doc, sign=True)
     return doc
 
 

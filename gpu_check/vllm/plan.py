@@ -28,6 +28,7 @@ interpolated (:func:`gpu_check.vllm.calibrate.group_timing`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import replace
@@ -156,9 +157,22 @@ def plan(
         **({"runs": runs} if runs else {}),
         "configs": configs,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "predictions.json", doc)
+    write_once(out / "predictions.json", doc)
     return doc
+
+
+def write_once(path: Path, doc: dict[str, Any]) -> None:
+    """A pre-registered prediction is never edited: ``predictions.json`` is written only where
+    none is (checked again at the moment of writing), signed as specrace's."""
+    from sim.runs.outputs import check_path
+
+    check_path(path.parent)
+    if os.path.lexists(path):
+        raise SpecraceError(
+            f"--out {path.parent} already holds a predictions.json: a pre-registered "
+            "prediction is never overwritten; name a new folder"
+        )
+    write_json(path, doc, sign=True)
 
 
 def _measured_keys(root: Path = Path("data/vllm")) -> set[tuple]:

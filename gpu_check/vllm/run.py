@@ -52,6 +52,7 @@ from gpu_check.vllm.config import (
     workload,
     write_model_dir,
 )
+from sim.runs.io import atomic_write_text
 
 ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -344,7 +345,7 @@ def run_config(
     if weights_name != "zero":  # unzeroed weights only: a default record keeps its keys
         raw["weights"] = weights_name
     path = out / f"raw_{mode}_{cfg.name}.json"
-    path.write_text(json.dumps(raw, separators=(",", ":")) + "\n")
+    atomic_write_text(path, json.dumps(raw, separators=(",", ":")) + "\n")  # listed as ours
     result["raw"] = path.name
     return result
 
@@ -379,7 +380,7 @@ def run_reference(
         "token_ids": tokens,
     }
     path = out / f"ref_{mode}_{name}.json"
-    path.write_text(json.dumps(ref, separators=(",", ":")) + "\n")
+    atomic_write_text(path, json.dumps(ref, separators=(",", ":")) + "\n")
     return {"config": name, "file": path.name, **stats}
 
 
@@ -527,7 +528,7 @@ def _reference_mode(
 
 
 def _dump(summary: dict, out: Path) -> None:
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str) + "\n")
 
 
 def parse_range(text: str) -> tuple[int, int]:

@@ -98,7 +98,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     tables.show(args.table_format, policy_rows(res), verdicts)
     doc = result_json(res)
     if args.out:
-        write_json(Path(args.out), doc)
+        write_json(Path(args.out), doc, sign=True)  # a file anywhere: it carries its proof
         print(f"wrote {args.out}")
     if args.json:
         print(json.dumps(doc, sort_keys=True))

@@ -108,7 +108,7 @@ def _save(fig, out: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
         def write(tmp: Path, fmt: str = fmt) -> None:
             save_figure(fig, tmp, fmt)
 
-        atomic_write(path, write)
+        atomic_write(path, write, sign=f".{fmt}")  # a picture anywhere: it carries its proof
         remove_stale(path.parent, path.name)  # what a plot killed before its rename left
         written.append(path)
     return written
@@ -247,7 +247,7 @@ def cmd_perfetto(args: argparse.Namespace) -> int:
     from sim.runs.outputs import prepare_file
 
     prepare_file(out)
-    atomic_write_text(out, dumps(tables, schedule))
+    atomic_write_text(out, dumps(tables, schedule), sign=".json")
     remove_stale(out.parent, out.name)
     print(f"wrote {out}: open it in ui.perfetto.dev")
     return 0

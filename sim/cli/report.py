@@ -153,7 +153,8 @@ def _first_wrong_timeline(loaded, schedule):
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from sim.runs.io import atomic_write_text, check_out_path, remove_stale
+    from sim.runs.io import atomic_write_text, remove_stale
+    from sim.runs.outputs import prepare_file
 
     src = Path(args.run)
     if not src.is_dir():
@@ -162,8 +163,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise SpecraceError(f"{src}: a --stream run (schedule.parquet); report reads a run "
                             "made without --stream")  # fmt: skip
     out = Path(args.out) if args.out else src / "report.html"
-    check_out_path(out)
-    atomic_write_text(out, run_report(src, prog=getattr(args, "prog", "python -m sim")))
+    prepare_file(out)
+    atomic_write_text(
+        out, run_report(src, prog=getattr(args, "prog", "python -m sim")), sign=".html"
+    )
     remove_stale(out.parent, out.name)
     print(f"wrote {out}: open it in a browser (one file, images included)")
     return 0

@@ -172,6 +172,12 @@ def cmd_risk(args: argparse.Namespace) -> int:
         cpu_s, args.budget, "fewer seeds or steps (or --no-mitigations)",
     )  # fmt: skip
     workers = args.workers or auto_workers(args.seeds * estimates, cpu_s)
+    if args.report:  # before the runs: a file of the user's there is refused at once
+        from pathlib import Path
+
+        from sim.runs.outputs import prepare_file
+
+        prepare_file(Path(args.report), "--report")
     rep = assess(
         setup_from_args(args),
         parse_sets(args.set),
@@ -203,7 +209,8 @@ def write_report(rep: RiskReport, args: argparse.Namespace) -> None:
     out = Path(args.report)
     prog = getattr(args, "prog", "python -m sim")
     command = " ".join([prog, "risk", *map(shlex.quote, reproduce_argv(args.risk_parser, args))])
-    atomic_write_text(out, risk_page(rep, command, (MITIGATION_HEAD, mitigation_rows(rep))).html())
+    page = risk_page(rep, command, (MITIGATION_HEAD, mitigation_rows(rep))).html()
+    atomic_write_text(out, page, sign=".html")
     remove_stale(out.parent, out.name)
     print(f"wrote {out}")
 

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     root = Path(argv[0] if argv else "data/vllm")
     out = root / "schedule_match.json"
     result = match_all(root)
-    write_json(out, result)
+    write_json(out, result, sign=True)
     fr = [r["identical_steps_fraction"] for r in result["configs"].values()]
     print(f"wrote {out}: {len(fr)} configurations, identical steps {min(fr):.4f}-{max(fr):.4f}")
     return 0

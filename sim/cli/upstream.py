@@ -13,7 +13,7 @@ def cmd_upstream_test(args: argparse.Namespace) -> int:
 
     check_version(args.vllm)
     out = prepare_file(args.out)  # the text as typed: Path() would drop a trailing slash
-    atomic_write_text(out, render(args.vllm))
+    atomic_write_text(out, render(args.vllm), sign=".py")
     print(f"wrote {args.out}: run it with pytest where vllm {args.vllm} is importable")
     return 0
 

@@ -495,7 +495,7 @@ def shrink_run(run: Path, step: int, req: str, out: Path) -> ShrinkResult:
         f"({'consumed' if gpu else 'CPU'} wrong).\n{text}"
     )
     scn = c.scenario(timing, name=out.stem, description=desc)
-    atomic_write_text(out, scenario_toml(scn))
+    atomic_write_text(out, scenario_toml(scn), sign=".toml")
     return ShrinkResult(policy.name, kind, start.size(), c, h, timing, text, shr.checks)
 
 

@@ -22,6 +22,7 @@ from gpu_check.vllm.consequence import (
     tokens_before,
 )
 from gpu_check.vllm.export import READ_COLUMNS
+from sim.runs.signature import JSON_KEY, is_signed
 
 CFG = RunConfig(max_num_seqs=2, num_requests=4, baseline=False)
 NAME = CFG.name  # s2_d0ms
@@ -103,7 +104,9 @@ def test_the_four_counts_and_where_the_divergence_starts(tmp_path: Path) -> None
     run = write_run(tmp_path / "v0.23.0")
     out = tmp_path / "consequence.json"
     doc = consequence([run], out)
-    assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
+    written = json.loads(out.read_text())
+    assert is_signed(out) and written.pop(JSON_KEY)  # a file anywhere carries its proof
+    assert written == json.loads(json.dumps(doc))
     assert {k: doc[k] for k in ("diverged_with_wrong", "wrong_requests",
                                 "identical_without_wrong", "requests_without_wrong")} == {
         "diverged_with_wrong": 1, "wrong_requests": 2,
