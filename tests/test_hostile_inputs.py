@@ -355,11 +355,6 @@ OUT_COMMANDS = {
 }  # fmt: skip
 
 
-@pytest.mark.xfail(
-    reason="needs sim.runs.outputs.check_path to refuse a path that is not UTF-8 (owned by "
-    "another change): until then sim prints a traceback (pyarrow, or printing the path)",
-    strict=False,
-)
 @pytest.mark.parametrize("name", sorted(OUT_COMMANDS))
 def test_out_with_a_byte_that_is_not_utf8_is_one_line(tmp_path: Path, name: str) -> None:
     out = BAD_BYTE + (".py" if name == "sim upstream-test" else "")
