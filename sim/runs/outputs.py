@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -377,7 +378,8 @@ def prepare_dir(out: Path | str, kind: str, *, replace: bool, force: bool = Fals
         if old_marker(path):
             raise SpecraceError(
                 f"{flag} {text} was written by an older specrace, whose outputs carry no "
-                f"manifest to prove what is theirs: move it aside (mv {text} {text}.old) or "
+                f"manifest to prove what is theirs: move it aside (mv {shlex.quote(text)} "
+                f"{shlex.quote(text + '.old')}) or "
                 "name a new directory"
             )
         raise SpecraceError(f"{flag} {text} holds files specrace did not write "
