@@ -653,7 +653,11 @@ def main(
         print(f"gpu_check: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("gpu_check: error: interrupted", file=sys.stderr)
+        from sim.runs.processes import interrupts_ignored, stop_all
+
+        with interrupts_ignored():  # a second Ctrl-C: no second line, no traceback
+            print("gpu_check: error: interrupted", file=sys.stderr)
+            stop_all()  # no worker or fork server outlives the command
         return 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

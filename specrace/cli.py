@@ -31,10 +31,24 @@ def gpu_name(cmd: str, sim_cmds: set[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:  # Ctrl-C while the halves import
         print("error: interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    if argv is None:  # the program's own entry (the console script): the process is ending
+        _interrupts_ignored_from_now()
+    return code
+
+
+def _interrupts_ignored_from_now() -> None:
+    """Its status decided, the process exits: a Ctrl-C meanwhile changes nothing (and adds no
+    traceback from the interpreter's shutdown)."""
+    try:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:
+        pass
 
 
 def _dispatch(args: list[str]) -> int:

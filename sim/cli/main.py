@@ -613,7 +613,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m sim") -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        from sim.runs.processes import interrupts_ignored, stop_all
+
+        with interrupts_ignored():  # a second Ctrl-C: no second line, no traceback
+            print("error: interrupted", file=sys.stderr)
+            stop_all()  # no worker or fork server outlives the command
         return 130
     except BrokenPipeError:  # `python -m sim run ... | head -1`: the reader left
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -236,7 +236,7 @@ class StepsFromProcess:
         self._conn = recv
         try:
             try:
-                self._proc.start()
+                processes.start(self._proc)  # Ctrl-C held until it has started
             finally:
                 send.close()  # ours: the pipe reads EOF once the child's end is closed too
             _, head, n = self._expect("head")
