@@ -9,6 +9,13 @@
 #                                          so uncommitted edits in a shared tree stay behind
 #   TRITON_TGZ=path/triton_cache.tgz ...   a Triton cache from an earlier call (SAVE_TRITON=1 in
 #                                          run.sh): MRv2 compiles its kernels cold, 165-183 s
+#   PACK=path/payload.tar.xz ...           also one xz tar, half the carry (14 MB for 0.34.0, not
+#                                          27): vLLM already unpacked and adjusted, the wheels
+#                                          already installed (cp312), this folder with an empty
+#                                          zip and no wheels so carry.prepare finds both done. On
+#                                          the GPU machine, carried: python3 -c "import tarfile;
+#                                          tarfile.open('PAYLOAD').extractall('/')" then
+#                                          cd /tmp/specrace-carry-<V> && ... bash run.sh
 # DEST then holds (gpu_check/vllm/carry.py says what each part stands in for):
 #   vllm-<V>.zip  the wheel's .py files + dist-info: no .so, no vendored headers, no tuned JSON
 #   whl/          the small wheels `import vllm` needs that the GPU image lacks, pinned, + simpy
@@ -93,3 +100,34 @@ cp "$repo/scripts/vllm_device.sh" "$dest/run.sh"
 rm -f "$dest/triton_cache.tgz"
 if [[ -n "${TRITON_TGZ:-}" ]]; then cp "$TRITON_TGZ" "$dest/triton_cache.tgz"; fi
 du -sh "$dest"
+
+# 4. optional: the same as one payload, unpacked where carry.prepare would unpack it
+if [[ -n "${PACK:-}" ]]; then
+    stage="$(mktemp -d)"; trap 'rm -rf "$stage"' EXIT
+    work="$stage/tmp/specrace-vllm"; skel="$stage/tmp/specrace-carry-$version"
+    mkdir -p "$work" "$skel/whl"
+    PYTHONPATH="$repo" "$py" - "$dest/vllm-$version.zip" "$work/vllm-$version" <<'PY'
+import sys
+import zipfile
+from pathlib import Path
+
+from gpu_check.vllm.carry import apply_changes
+
+src, tree = sys.argv[1], Path(sys.argv[2])
+zipfile.ZipFile(src).extractall(tree)
+apply_changes(tree)
+(tree / ".done").write_text("ok\n")  # carry.prepare: already unpacked
+PY
+    "$py" -m pip install -q --no-deps --no-compile --target "$work/site" --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 "$dest"/whl/*.whl
+    rm -rf "$work/site/bin"
+    cp -r "$dest/stubs" "$dest/src" "$dest/run.sh" "$dest/COMMIT" "$skel/"
+    [[ -f "$dest/triton_cache.tgz" ]] && cp "$dest/triton_cache.tgz" "$skel/"
+    "$py" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').close()" \
+        "$skel/vllm-$version.zip"  # find_zip's name; the tree is already there
+    find "$stage" -name __pycache__ -prune -exec rm -rf {} +
+    tar -C "$stage" -cf - tmp | xz -9e > "$PACK"
+    ls -la "$PACK"
+fi
