@@ -4,14 +4,15 @@
     ... change the code ...
     PYTHONPATH=$PWD python scripts/output_hashes.py OUT_DIR2 > after.txt; diff before.txt after.txt
 
-What it runs (small, a minute or two on one core): ``sim run`` of qwen35-mtp3 under every
-policy (300 steps), ``sim check`` at 2 rows x 4 steps (also compared with the committed
+What it runs (small, a minute or two on one core): ``sim run`` of every built-in scenario
+under every policy (qwen35-mtp3 at 300 steps, the others at their default steps), ``sim check`` at 2 rows x 4 steps (also compared with the committed
 data/check oracle), ``sim timeline`` of that run per policy (its data, and the PNG), the
-vector tier at three timing points per policy, the golden schedule, the vLLM agreement of
+vector tier at three timing points per scenario x policy, the golden schedule, the vLLM agreement of
 every committed data/vllm run (also compared with its committed agreement.json), and the
 replay's CPU path (its verdict columns; the host timing columns are the clock's, not ours).
 ``meta.json`` is hashed without ``git_commit`` and ``versions`` (the only fields that differ
-between two runs of one commit). scripts/output_hashes.37bf5b4.txt is the list of main at
+between two runs of one commit), the run marker without its command (it names the output
+folder) and the manifest without the rows of ``meta.json``. scripts/output_hashes.37bf5b4.txt is the list of main at
 37bf5b4 (before issue #21), made with numpy 2.3.5, pandas 3.1.1, pyarrow 26.0.1, Python 3.11.7;
 other library versions may write other Parquet bytes.
 """
@@ -33,6 +34,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 PY = [sys.executable, "-m", "sim"]
 SCENARIO, STEPS = "qwen35-mtp3", 300
+# Every built-in scenario, each at STEPS for SCENARIO (the list of 37bf5b4) or its own default.
+SCENARIOS = {SCENARIO: STEPS, "minimal-race": None}
 
 
 def sha(data: bytes) -> str:
@@ -45,6 +48,13 @@ def file_hash(path: Path) -> str:
         meta.pop("git_commit", None)
         meta.pop("versions", None)
         return sha(json.dumps(meta, sort_keys=True).encode())
+    if path.name == ".specrace-run.json":  # the marker: its command names the output folder
+        marker = json.loads(path.read_text())
+        marker.pop("command", None)
+        return sha(json.dumps(marker, sort_keys=True).encode())
+    if path.name == ".specrace-manifest.jsonl":  # meta.json's own hash holds the commit
+        rows = [r for r in path.read_text().splitlines() if '/meta.json"' not in r]
+        return sha("\n".join(rows).encode())
     return sha(path.read_bytes())
 
 
@@ -62,10 +72,16 @@ def sim(*args: str) -> str:
 
 
 def run_outputs(out: Path) -> list[str]:
-    run = out / "run"
-    stdout = sim("run", "--scenario", SCENARIO, "--policy", "all", "--seed", "0", "--steps",
-                 str(STEPS), "--out", str(run), "--force")  # fmt: skip
-    return [f"{sha(stdout.encode())}  run/stdout", *tree("run", run)]
+    lines = []
+    for name, steps in SCENARIOS.items():
+        # SCENARIO keeps the 37bf5b4 labels (run/...); the others are run-NAME/...
+        label = "run" if name == SCENARIO else f"run-{name}"
+        run = out / label
+        extra = ["--steps", str(steps)] if steps else []
+        stdout = sim("run", "--scenario", name, "--policy", "all", "--seed", "0", *extra,
+                     "--out", str(run), "--force")  # fmt: skip
+        lines += [f"{sha(stdout.encode())}  {label}/stdout", *tree(label, run)]
+    return lines
 
 
 def check_outputs(out: Path) -> list[str]:
@@ -126,21 +142,23 @@ def vector_outputs() -> list[str]:
     from sim.model.scheduling import build_schedule
     from sim.model.vector import simulate_points
 
-    scn = load_scenario(SCENARIO)
-    schedule = build_schedule(scn, 0, STEPS)
-    base = scn.timing
-    points = [
-        base,
-        dataclasses.replace(base, dma_land_delay_ns=400_000),
-        dataclasses.replace(base, worker_swap_ns=120_000, gpu_forward_ns_base=500_000),
-    ]
     lines = []
-    for name, pol in POLICIES.items():
-        res = simulate_points(schedule, points, pol, 0)
-        assert res.reads is not None
-        blob = res.reads.to_csv(index=False) + json.dumps(res.summaries, sort_keys=True)
-        blob += json.dumps([res.gpu_wrong_steps.tolist(), res.gpu_wrong_by_kind])
-        lines.append(f"{sha(blob.encode())}  vector/{name}")
+    for scn_name, steps in SCENARIOS.items():
+        scn = load_scenario(scn_name)
+        schedule = build_schedule(scn, 0, steps or scn.default_steps)
+        base = scn.timing
+        points = [
+            base,
+            dataclasses.replace(base, dma_land_delay_ns=400_000),
+            dataclasses.replace(base, worker_swap_ns=120_000, gpu_forward_ns_base=500_000),
+        ]
+        label = "vector" if scn_name == SCENARIO else f"vector-{scn_name}"
+        for name, pol in POLICIES.items():
+            res = simulate_points(schedule, points, pol, 0)
+            assert res.reads is not None
+            blob = res.reads.to_csv(index=False) + json.dumps(res.summaries, sort_keys=True)
+            blob += json.dumps([res.gpu_wrong_steps.tolist(), res.gpu_wrong_by_kind])
+            lines.append(f"{sha(blob.encode())}  {label}/{name}")
     return lines
 
 
