@@ -5,16 +5,18 @@
     PYTHONPATH=$PWD python scripts/output_hashes.py OUT_DIR2 > after.txt; diff before.txt after.txt
 
 What it runs (small, a minute or two on one core): ``sim run`` of every built-in scenario
-under every policy (qwen35-mtp3 at 300 steps, the others at their default steps), ``sim check`` at 2 rows x 4 steps (also compared with the committed
-data/check oracle), ``sim timeline`` of that run per policy (its data, and the PNG), the
-vector tier at three timing points per scenario x policy, the golden schedule, the vLLM agreement of
-every committed data/vllm run (also compared with its committed agreement.json), and the
-replay's CPU path (its verdict columns; the host timing columns are the clock's, not ours).
-``meta.json`` is hashed without ``git_commit`` and ``versions`` (the only fields that differ
-between two runs of one commit), the run marker without its command (it names the output
-folder) and the manifest without the rows of ``meta.json``. scripts/output_hashes.37bf5b4.txt is the list of main at
-37bf5b4 (before issue #21), made with numpy 2.3.5, pandas 3.1.1, pyarrow 26.0.1, Python 3.11.7;
-other library versions may write other Parquet bytes.
+under every policy (qwen35-mtp3 at 300 steps, the others at their default steps), ``sim check``
+at 2 rows x 4 steps (also compared with the committed data/check oracle), ``sim timeline`` of
+that run per policy (its data, and the PNG), the vector tier at three timing points per
+scenario x policy, the golden schedule, the vLLM agreement of every committed data/vllm run
+(also compared with its committed agreement.json), and the replay's CPU path (its verdict
+columns; the host timing columns are the clock's, not ours). ``meta.json`` is hashed without
+``git_commit`` and ``versions`` (the only fields that differ between two runs of one commit),
+the run marker without its command (it names the output folder) and the manifest without the
+rows of ``meta.json``. scripts/output_hashes.37bf5b4.txt is the list of main at 37bf5b4
+(before issue #21), made with numpy 2.3.5, pandas 3.1.1, pyarrow 26.0.1, Python 3.11.7; other
+library versions may write other Parquet bytes; output_hashes.3dffd10.txt is the list of main
+before issue #47 (every scenario), same versions.
 """
 
 from __future__ import annotations
