@@ -38,7 +38,7 @@ SECTIONS = ("engine", "workload", "timing")
 def check_header(d: dict[str, Any], origin: str) -> None:
     """The parts of a schedule's JSON that its reader would accept in a meaningless form."""
     seed = d.get("seed")
-    if type(seed) is int and not 0 <= seed <= SEED_MAX:
+    if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= SEED_MAX:
         raise SpecraceError(f"{origin}: seed: {_num(seed)} is not in 0..2^63-1")
     sc = d.get("scenario")
     if not isinstance(sc, dict):
@@ -107,6 +107,12 @@ def meaning_checked(head: Schedule, steps: Iterable[StepRecord], origin: str) ->
                 tokens[r] = tokens.get(r, 0) + int(rec.accepted[row])
                 if r not in reached and r in output_len and tokens[r] >= output_len[r]:
                     reached[r] = n
+        for r in rec.unscheduled:
+            # Async scheduling's "avoid scheduling an extra step" (vLLM Scheduler.schedule,
+            # sim.model.scheduler_rules): the step after the last token leaves the request out
+            # as unscheduled instead of holding it; that is its late step.
+            if r in reached:
+                last[r] = n
         for r in rec.finished:
             if r in reached and r in last:
                 offsets.append((n, r, last[r] - reached[r]))
