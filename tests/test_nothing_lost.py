@@ -306,7 +306,7 @@ MEANING = {
     "description a list": (lambda d: d["scenario"].update(description=[1]),
                            "scenario.description: must be text"),
     "a request twice": (lambda d: d["requests"].append(d["requests"][0]), "appears twice"),
-    "requests None": (lambda d: d.update(requests=None), "steps and requests must be lists"),
+    "requests None": (lambda d: d.update(requests=None), "requests must be a list"),
     "a request id of a list": (lambda d: d["requests"][0].update(req_id=[1]), "requests[0]"),
 }  # fmt: skip
 
@@ -316,6 +316,30 @@ def test_schedule_meaning(tmp_path: Path, schedule: dict, case: str) -> None:  #
     mutate, needle = MEANING[case]
     mutate(schedule)
     run_schedule(tmp_path, schedule, needle)
+
+
+# A Parquet ``discard`` is a bool column: a flag of 999 cannot be written there.
+@pytest.mark.parametrize("case", sorted({**MEANING, "seed 2^64": None}.keys() - {"discard 999"}))
+def test_json_and_parquet_refuse_the_same_schedules(
+    tmp_path: Path,
+    schedule: dict,  # noqa: F811
+    case: str,
+) -> None:
+    """One header reader for both forms: what ``schedule.json`` refuses, ``schedule.parquet``
+    refuses with the same words (the Parquet reader once skipped the header's checks, so a seed
+    of 2^64 ended ``sim run --schedule`` in a traceback)."""
+    from sim.model.schedule import Schedule, StepRecord
+    from sim.model.schedule_parquet import write_schedule_parquet
+
+    mutate, needle = MEANING.get(case) or (lambda d: d.update(seed=2**64), "is not in 0..2^63-1")
+    mutate(schedule)
+    steps = [StepRecord.from_json(s) for s in schedule["steps"]]
+    raw = Schedule(schedule["scenario"], schedule["seed"], schedule["requests"], steps)
+    write_schedule_parquet(tmp_path / "bad.parquet", raw)
+    (tmp_path / "bad.json").write_text(json.dumps(schedule))
+    for name in ("bad.json", "bad.parquet"):
+        out = tmp_path / f"o-{name}"
+        refused(["run", "--schedule", str(tmp_path / name), "--out", str(out)], needle, out)
 
 
 def test_scenario_text_fields_are_text(tmp_path: Path) -> None:

@@ -239,38 +239,17 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
     except json.JSONDecodeError as e:
         msg = f"{origin}: not valid JSON (truncated?): {e.msg} at line {e.lineno}"
         raise SpecraceError(msg) from None
-    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-        raise SpecraceError(f"{origin}: not a specrace schedule (missing schema {SCHEMA!r})")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise SpecraceError(
-            f"{origin}: schedule schema version {d.get('schema_version')!r}, "
-            f"this specrace reads version {SCHEMA_VERSION}; regenerate it with `python -m sim "
-            "schedule`"
-        )
-    from sim.model.schedule_check import check_header, check_meaning
+    head = read_header(d, origin)
+    from sim.model.schedule_check import check_meaning
 
-    check_header(d, origin)
     try:
-        seed, steps = d["seed"], d["steps"]
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed: must be an integer, got {seed!r}")
-        if not isinstance(steps, list) or not isinstance(d["requests"], list):
-            raise ValueError("steps and requests must be lists")
-        for i, r in enumerate(d["requests"]):
-            ok = isinstance(r, dict) and isinstance(r.get("req_id"), str)
-            ok = ok and all(
-                type(r.get(k)) is int and r[k] >= (0 if k == "arrival_step" else 1)
-                for k in ("arrival_step", "prompt_len", "output_len")
-            )
-            if not ok:
-                raise ValueError(
-                    f"requests[{i}]: must be {{req_id, arrival_step, prompt_len, output_len}}, "
-                    f"got {str(r)[:80]}"
-                )
+        steps = d["steps"]
+        if not isinstance(steps, list):
+            raise ValueError("steps must be a list")
         sched = Schedule(
-            scenario=d["scenario"],
-            seed=seed,
-            requests=list(d["requests"]),
+            scenario=head.scenario,
+            seed=head.seed,
+            requests=head.requests,
             steps=[StepRecord.from_json(s) for s in steps],
         )
     except KeyError as e:
@@ -280,6 +259,48 @@ def loads(text: str, origin: str = "schedule") -> Schedule:
     check_schedule(sched, origin)
     check_meaning(sched, origin)
     return sched
+
+
+def read_header(d: Any, origin: str) -> Schedule:
+    """A schedule's header (``steps`` empty) from what either file form stores (:func:`header`),
+    checked; the one reader of it, so the JSON and Parquet forms refuse the same headers."""
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise SpecraceError(f"{origin}: not a specrace schedule (missing schema {SCHEMA!r})")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise SpecraceError(
+            f"{origin}: schedule schema version {d.get('schema_version')!r}, "
+            f"this specrace reads version {SCHEMA_VERSION}; regenerate it with `python -m sim "
+            "schedule`"
+        )
+    from sim.model.schedule_check import check_header
+
+    check_header(d, origin)
+    try:
+        seed = d["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed: must be an integer, got {seed!r}")
+        if not isinstance(d["requests"], list):
+            raise ValueError("requests must be a list")
+        for i, r in enumerate(d["requests"]):
+            ok = isinstance(r, dict) and isinstance(r.get("req_id"), str)
+            ok = ok and all(
+                _is_int(r.get(k)) and r[k] >= (0 if k == "arrival_step" else 1)
+                for k in ("arrival_step", "prompt_len", "output_len")
+            )
+            if not ok:
+                raise ValueError(
+                    f"requests[{i}]: must be {{req_id, arrival_step, prompt_len, output_len}}, "
+                    f"got {str(r)[:80]}"
+                )
+    except KeyError as e:
+        raise SpecraceError(f"{origin}: malformed schedule: missing {e}") from None
+    except ValueError as e:
+        raise SpecraceError(f"{origin}: malformed schedule: {e}") from None
+    return Schedule(scenario=d["scenario"], seed=seed, requests=list(d["requests"]), steps=[])
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 OP_KINDS = ("remove", "add", "move", "swap")

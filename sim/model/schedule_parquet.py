@@ -34,13 +34,13 @@ from sim.errors import SpecraceError
 from sim.model.input_batch import OpKind, RowOp
 from sim.model.schedule import (
     OP_KINDS,
-    SCHEMA,
-    SCHEMA_VERSION,
     Schedule,
     StepRecord,
     checked_steps,
     header,
+    read_header,
 )
+from sim.model.schedule_check import meaning_checked
 
 META_KEY = b"specrace.schedule"
 STEPS_PER_GROUP = 4096  # steps per row group: what a reader or writer holds at once
@@ -182,26 +182,10 @@ def open_schedule_parquet(path: Path) -> tuple[Schedule, Iterator[StepRecord], i
         raise SpecraceError(f"cannot read schedule {path}: no such file") from None
     except (OSError, ValueError, zlib.error, pa.ArrowException) as e:
         raise SpecraceError(f"{origin}: not a specrace schedule.parquet ({e})") from None
-    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-        raise SpecraceError(f"{origin}: not a specrace schedule (missing schema {SCHEMA!r})")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise SpecraceError(
-            f"{origin}: schedule schema version {d.get('schema_version')!r}, this specrace "
-            f"reads version {SCHEMA_VERSION}; regenerate it with `python -m sim schedule`"
-        )
-    seed = d.get("seed")
-    if (
-        isinstance(seed, bool)
-        or not isinstance(seed, int)
-        or not isinstance(d.get("requests"), list)
-    ):
-        raise SpecraceError(f"{origin}: malformed schedule: seed or requests")
-    scenario = d.get("scenario")
-    if not isinstance(scenario, dict):
-        raise SpecraceError(f"{origin}: scenario must be a table")
-    head = Schedule(scenario=scenario, seed=seed, requests=d["requests"], steps=[])
+    head = read_header(d, origin)
     n_steps = f.metadata.num_rows
-    return head, checked_steps(head, _read_steps(f, origin), origin), n_steps
+    checked = checked_steps(head, _read_steps(f, origin), origin)
+    return head, meaning_checked(head, checked, origin), n_steps
 
 
 def _read_steps(f: pq.ParquetFile, origin: str) -> Iterator[StepRecord]:
