@@ -81,10 +81,17 @@ def test_align_in_the_balanced_regime_corrupts_and_every_fix_ranks_above(align_r
     available = [m for m in rep.mitigations if m.available]
     safe = [m.estimate.safe for m in available]
     assert safe == sorted(safe, reverse=True)  # safe ones first
-    tok = [m.estimate.tokens_per_s for m in available if m.estimate.safe]
+    # Among the safe ones: those whose every cost the model has first, cheapest first; a cost
+    # the model lacks (MRv2's own CPU costs, lost prefix-cache hits) is unknown, not zero.
+    known = [m.cost_unknown == "" for m in available if m.estimate.safe]
+    assert known == sorted(known, reverse=True)
+    tok = [m.estimate.tokens_per_s for m in available if m.estimate.safe and not m.cost_unknown]
     assert tok == sorted(tok, reverse=True)  # cheapest safe first
     by = {m.name: m for m in rep.mitigations}
     assert by["model runner V2"].estimate.policy == "mrv2"
+    assert "MRv2's own CPU costs" in by["model runner V2"].cost_unknown
+    assert "prefix-cache hits" in by["prefix caching off"].cost_unknown
+    assert not by["async scheduling off"].cost_unknown
     assert by["async scheduling off"].tokens_per_s_pct < 0  # sync costs throughput
 
 
@@ -203,11 +210,11 @@ def test_estimates_share_the_schedules_they_have_in_common(monkeypatch) -> None:
         return real(sc, seed, steps)
 
     monkeypatch.setattr(risk, "build_schedule", counting)
-    shared = assess(VllmSetup(vllm="0.27.1"), seeds=2, steps=60)
+    shared = assess(VllmSetup(vllm="0.28.0"), seeds=2, steps=60)
     assert len(built) == len(set(built))  # nothing built twice
     estimates = 1 + sum(m.estimate is not None for m in shared.mitigations)
     assert len(built) < 2 * estimates  # some estimate ran on schedules it did not build
-    base = risk.resolve(VllmSetup(vllm="0.27.1"))
+    base = risk.resolve(VllmSetup(vllm="0.28.0"))
     alone = risk.simulate_rates(risk.build_scenario(base), risk.policy_object(base.policy), 2, 60)
     assert alone == shared.estimate  # without a cache: on schedules of its own
 
@@ -254,3 +261,34 @@ def test_risk_on_ascend_names_the_release_and_offers_it() -> None:
     assert fix.change == "pip install vllm-ascend==0.23.0.post1"
     assert fix.available and fix.estimate.policy == "ascend-13865" and fix.estimate.safe
     assert "vllm-ascend 0.23.0.post1 (PyPI sdist" in fix.reason
+
+
+def test_a_safe_path_gets_its_verdict_first_and_no_mitigations() -> None:
+    """0.27.1's default reads no CPU-side count: the timing-free verdict says so, and no
+    mitigation (async off, -10 %) is offered for a path that needs none."""
+    rep = assess(VllmSetup(vllm="0.27.1"), seeds=1, steps=100)
+    assert rep.verdict.startswith("verdict: not racy") and rep.safe_by_construction
+    assert rep.mitigations == () and rep.band is None
+
+
+def test_the_band_over_host_speeds_flags_the_boundary_and_the_users_gauge() -> None:
+    """0.28.0 align under roofline timing: GPU-bound at the scenario's host speed, exposed at the
+    slow end of the plausible range, so the band reaches the CPU-bound rate; a user's gauge is
+    a host factor over the scenario's own sample_tokens span."""
+    from sim.resolve.host_band import PLAUSIBLE, factor_of_gauge
+
+    rep = assess(VllmSetup(vllm="0.28.0"), seeds=2, steps=600, mitigations=False,
+                 host_gauge_ms=2.0)  # fmt: skip
+    b = rep.band
+    assert rep.verdict.startswith("verdict: RACY path (policy align)")
+    assert b is not None and b.cpu_bound.corrupted > 0
+    slowest = b.estimates[b.factors.index(PLAUSIBLE[1])]
+    assert b.estimates[b.factors.index(1.0)].per_10k <= slowest.per_10k
+    lo, hi = b.range_per_10k()
+    if b.boundary:
+        assert hi >= b.cpu_bound.per_10k  # up to the CPU-bound rate
+    assert b.exposed == any(e.corrupted > 0 for _f, e in b.plausible()) or b.user.corrupted > 0
+    assert b.user_factor == pytest.approx(factor_of_gauge(2.0, rep.scenario.timing))
+    assert b.user_factor == pytest.approx(2.0e6 / rep.scenario.timing.worker_sample_tokens_ns)
+    with pytest.raises(SpecraceError, match="--host-gauge"):
+        assess(VllmSetup(vllm="0.28.0"), seeds=1, steps=100, host_gauge_ms=-1.0)

@@ -70,8 +70,49 @@ def _rate(e: RateEstimate) -> str:
     return f"{e.per_10k:.1f} [{e.per_10k_lo:.1f}, {e.per_10k_hi:.1f}]"
 
 
+def band_lines(rep: RiskReport) -> list[str]:
+    """Exposure over plausible host speeds, the boundary flagged, the user's gauge."""
+    b = rep.band
+    if b is None:
+        return []
+    from sim.resolve.host_band import PLAUSIBLE
+
+    lo, hi = b.range_per_10k()
+    lines = [
+        f"exposure over plausible host speeds (x{PLAUSIBLE[0]}-x{PLAUSIBLE[1]} of the CPU timing "
+        f"below; x1 = a sample_tokens gauge of {b.gauge_ref_ms:g} ms): "
+        + (f"EXPOSED, {lo:.1f} to {hi:.1f} corrupted generations per 10,000"
+           if b.exposed else
+           f"not exposed at any plausible host speed (at most {hi:.1f} per 10,000, 95%)")
+    ]  # fmt: skip
+    pts = ", ".join(f"x{f:g} {e.per_10k:.1f} ({b.regime(e)})" for f, e in b.plausible())
+    lines.append(f"  per host speed: {pts}")
+    if b.boundary:
+        lines.append(
+            f"  at the CPU/GPU boundary: up to the CPU-bound rate, {b.cpu_bound.per_10k:.1f} "
+            f"[{b.cpu_bound.per_10k_lo:.1f}, {b.cpu_bound.per_10k_hi:.1f}] per 10,000 (the model "
+            "under-calls the boundary: issue #44)"
+        )  # fmt: skip
+    else:
+        lines.append(f"  CPU-bound rate (a host slow enough): {b.cpu_bound.per_10k:.1f} per 10,000")
+    first = b.first_exposing()
+    if not b.exposed and first is not None:
+        lines.append(f"  a host x{first:g} slower than this timing or more would expose it")
+    if b.user is not None:
+        u = b.user
+        lines.append(
+            f"your host (--host-gauge {b.user_gauge_ms:g} ms = x{b.user_factor:.2f}): "
+            f"{u.per_10k:.1f} [{u.per_10k_lo:.1f}, {u.per_10k_hi:.1f}] per 10,000 "
+            f"({b.regime(u)}{', EXPOSED' if u.corrupted else ''})"
+        )  # fmt: skip
+    else:
+        lines.append("  your own host: --host-gauge MS (how to read it: python -m sim risk --help)")
+    return lines
+
+
 def print_report(rep: RiskReport, mitigations: bool = True) -> None:
     s, r = rep.setup, rep.resolution
+    print(rep.verdict)
     print(
         f"vLLM {s.vllm} ({s.platform}), {s.model}, spec {s.spec_method}:"
         f"{s.num_speculative_tokens}, max_num_seqs={s.max_num_seqs}, prefix caching "
@@ -94,9 +135,12 @@ def print_report(rep: RiskReport, mitigations: bool = True) -> None:
         print("not exposed: without speculative decoding there is no accepted count to race")
         print(f"cheapest safe change: {rep.answer}")
         return
+    for line in band_lines(rep):
+        print(line)
     print(
-        f"corrupted generations per 10,000: {_rate(e)} (95% Wilson; {e.corrupted:,} of "
-        f"{e.generations:,} generations; {e.runs} runs x {e.steps // e.runs:,} steps)"
+        f"at this timing (x1): corrupted generations per 10,000: {_rate(e)} (95% Wilson; "
+        f"{e.corrupted:,} of {e.generations:,} generations; {e.runs} runs x "
+        f"{e.steps // e.runs:,} steps)"
     )
     print(
         f"steps with a wrong consumed count per 10^4 steps: {e.per_10k_steps:.1f} "
@@ -106,7 +150,7 @@ def print_report(rep: RiskReport, mitigations: bool = True) -> None:
     kinds = " ".join(f"{k}={e.by_kind.get(k, 0)}" for k in HAZARD_KINDS)
     print(f"wrong consumed counts by hazard: {kinds} (prompt state lost: {e.prompt_state_lost})")
     print(f"step {e.mean_step_ns / 1e6:.3f} ms, {e.tokens_per_s:,.0f} tokens/s")
-    if e.safe:
+    if e.safe and rep.band is None:
         print(
             f"exposure: no wrong count consumed in {e.generations:,} generations; at most "
             f"{e.per_10k_hi:.1f} per 10,000 (95%)"
@@ -121,7 +165,7 @@ def print_report(rep: RiskReport, mitigations: bool = True) -> None:
 
 
 # The mitigations table: every row has one field per header column (a test holds them equal).
-MITIGATION_HEAD = ("mitigation", "change", "policy", "per 10k [95% CI]", "step time",
+MITIGATION_HEAD = ("mitigation", "change", "policy", "per 10k [95% CI] at x1", "step time",
                    "tokens/s", "note")  # fmt: skip
 
 
@@ -134,9 +178,13 @@ def mitigation_rows(rep: RiskReport) -> list[tuple[str, ...]]:
             continue
         me = m.estimate
         safe = "safe" if me.safe else "NOT safe"
-        rows.append((m.name, m.change, me.policy, f"{_rate(me)} {safe}",
-                     f"{m.step_time_pct:+.2f}%", f"{m.tokens_per_s_pct:+.2f}%",
-                     m.reason or "-"))  # fmt: skip
+        if m.cost_unknown:  # a cost the model lacks is unknown, not zero
+            step, tok = "unknown", "unknown"
+            note = f"not modelled: {m.cost_unknown}" + (f"; {m.reason}" if m.reason else "")
+        else:
+            step, tok, note = f"{m.step_time_pct:+.2f}%", f"{m.tokens_per_s_pct:+.2f}%", m.reason
+        rows.append((m.name, m.change, me.policy, f"{_rate(me)} {safe}", step, tok,
+                     note or "-"))  # fmt: skip
     return rows
 
 
@@ -152,8 +200,9 @@ def mitigation_records(rep: RiskReport) -> list[dict]:
             "per_10k_lo": me.per_10k_lo if me else None,
             "per_10k_hi": me.per_10k_hi if me else None,
             "safe": me.safe if me else None,
-            "step_time_pct": m.step_time_pct if me else None,
-            "tokens_per_s_pct": m.tokens_per_s_pct if me else None,
+            "step_time_pct": m.step_time_pct if me and not m.cost_unknown else None,
+            "tokens_per_s_pct": m.tokens_per_s_pct if me and not m.cost_unknown else None,
+            "cost_unknown": m.cost_unknown or None,
             "note": m.reason,
         })  # fmt: skip
     return out
@@ -178,6 +227,7 @@ def cmd_risk(args: argparse.Namespace) -> int:
         from sim.runs.outputs import prepare_file
 
         prepare_file(Path(args.report), "--report")
+    picture = picture_path(args)
     rep = assess(
         setup_from_args(args),
         parse_sets(args.set),
@@ -188,14 +238,46 @@ def cmd_risk(args: argparse.Namespace) -> int:
         gpu_timing=args.gpu_timing,
         engine=args.engine,
         workers=workers,
+        host_gauge_ms=args.host_gauge,
     )
     print_report(rep, mitigations=args.table_format == "table")
+    if rep.band is not None and picture is not None:
+        from sim.resolve.host_band import write_band_figure
+
+        s = rep.setup
+        title = (
+            f"vLLM {s.vllm} {s.model} {s.spec_method}:{s.num_speculative_tokens} "
+            f"{s.max_num_seqs} seqs: {rep.resolution.policy}, exposure vs host speed"
+        )
+        write_band_figure(rep.band, title, picture)
+        print(f"picture: {picture}")
     tables.show(args.table_format, mitigation_records(rep))
     if args.report:
         write_report(rep, args)
     if args.json:
         print(json.dumps(rep.to_dict(), sort_keys=True))
     return 0
+
+
+def picture_path(args: argparse.Namespace):
+    """``--picture`` (checked before the runs), or a file in the temporary folder named after
+    the configuration; None for ``--picture none``."""
+    import re
+    import tempfile
+    from pathlib import Path
+
+    from sim.runs.outputs import prepare_file
+
+    if args.picture == "none":
+        return None
+    if args.picture:
+        path = Path(args.picture)
+    else:
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{args.vllm}-{args.model}-{args.spec}-"
+                      f"s{args.max_num_seqs}-{args.gpu_timing}")  # fmt: skip
+        path = Path(tempfile.gettempdir()) / f"specrace-risk-{slug}.png"
+    prepare_file(path, "--picture")
+    return path
 
 
 def write_report(rep: RiskReport, args: argparse.Namespace) -> None:
@@ -238,6 +320,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--gpu-timing", default="roofline",
                    help="roofline (the model preset) or balanced (6 ms forward, where the race "
                    "lives)")  # fmt: skip
+    r.add_argument("--host-gauge", type=float, default=None, metavar="MS",
+                   help="your host's speed: the median, over decode-only steps, of vLLM's "
+                   "sample_tokens host span (GPUModelRunner._prepare_inputs returning -> the "
+                   "accepted counts' non_blocking copy issued), in ms, read from a torch "
+                   "profiler or NVTX trace of your vLLM (VLLM_TORCH_PROFILER_DIR) at your batch "
+                   "size; gpu_check.vllm.gauge defines it")  # fmt: skip
+    r.add_argument("--picture", default="", metavar="FILE",
+                   help="where the picture of exposure vs host speed goes (PNG; default: the "
+                   "temporary folder; none: no picture)")  # fmt: skip
     r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     r.add_argument("--seeds", type=int_in(1, 10**6, "1..10^6"), default=8, help="runs to pool")
     r.add_argument("--steps", type=int_in(2, MAX_STEPS, f"2..{MAX_STEPS:,}"), default=2000,

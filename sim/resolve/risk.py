@@ -29,6 +29,7 @@ from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
 from sim.resolve.check import check_policy
+from sim.resolve.host_band import PLAUSIBLE, HostBand, host_band
 from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import ASCEND, ASCEND_RELEASE, FACTS
 from sim.resolve.resolution import Resolution, VllmSetup, resolve
@@ -300,6 +301,9 @@ class Mitigation:
     # MRv1's timing without the event wait.
     step_time_pct: float = 0.0
     tokens_per_s_pct: float = 0.0  # - fewer tokens/s than the current configuration
+    # What the cost columns lack ("" where the model has every cost of the change): such a
+    # cost is unknown, not zero, and the change ranks after those whose cost is known.
+    cost_unknown: str = ""
 
 
 @dataclass(frozen=True)
@@ -310,6 +314,24 @@ class RiskReport:
     estimate: RateEstimate | None  # None: no speculative decoding, nothing to race
     mitigations: tuple[Mitigation, ...] = field(default_factory=tuple)
     timing_source: str = ""
+    band: HostBand | None = None  # exposure over host speeds (sim.resolve.host_band)
+
+    @property
+    def verdict(self) -> str:
+        """The timing-free verdict: whether the code path can hand the GDN kernel a wrong
+        count at all, and why (no simulation behind it)."""
+        r = self.resolution
+        if self.estimate is None:
+            return "verdict: not racy: no speculative decoding, so no accepted count to race"
+        if self.safe_by_construction:
+            return (f"verdict: not racy: policy {r.policy} builds every consumed count without "
+                    "reading the pinned buffer the D2H writes (safe by construction)")  # fmt: skip
+        d2h = next((f for f in r.fired if f.rule.startswith("d2h")), None)
+        why = f": {d2h.says} ({d2h.cite})" if d2h else ""
+        return (f"verdict: RACY path (policy {r.policy}): it reads accepted counts from the "
+                f"pinned CPU buffer the D2H writes non-blocking while the CPU moves rows{why}; "
+                "how often a wrong count is consumed depends on the host's speed against the "
+                "GPU's (the band below)")  # fmt: skip
 
     @property
     def safe_by_construction(self) -> bool:
@@ -327,13 +349,18 @@ class RiskReport:
         first = next(
             (m for m in self.mitigations if m.available and m.estimate and m.estimate.safe), None
         )
+        cost = (
+            f"cost unknown: {first.cost_unknown}" if first and first.cost_unknown
+            else f"{first.tokens_per_s_pct:+.2f}% tokens/s" if first else ""
+        )  # fmt: skip
         fix = (
-            f"{first.name} ({first.change}): {first.tokens_per_s_pct:+.2f}% tokens/s"
-            + (f" ({first.reason})" if first.reason else "")
+            f"{first.name} ({first.change}): {cost}"
             if first
             else "no simulated mitigation was safe"
         )
         e = self.estimate
+        if self.band is not None and self.band.exposed:
+            return fix
         if e.safe:
             return (
                 f"none corrupted in {e.generations:,} simulated generations (at most "
@@ -361,12 +388,29 @@ class RiskReport:
             "timing_source": self.timing_source,
             "estimate": asdict(self.estimate) if self.estimate else None,
             "safe_by_construction": self.safe_by_construction,
+            "verdict": self.verdict,
+            "host_band": _band_dict(self.band),
             "cheapest_safe_change": self.answer,
             "mitigations": [
                 {**asdict(m), "estimate": asdict(m.estimate) if m.estimate else None}
                 for m in self.mitigations
             ],
         }
+
+
+def _band_dict(b: HostBand | None) -> dict | None:
+    if b is None:
+        return None
+    lo, hi = b.range_per_10k()
+    return {
+        "plausible_factors": list(PLAUSIBLE), "per_10k_range": [lo, hi],
+        "exposed": b.exposed, "boundary": b.boundary,
+        "cpu_bound": asdict(b.cpu_bound), "gauge_ref_ms": b.gauge_ref_ms,
+        "points": [{"factor": f, "regime": b.regime(e), **asdict(e)}
+                   for f, e in zip(b.factors, b.estimates, strict=True)],
+        "user_gauge_ms": b.user_gauge_ms, "user_factor": b.user_factor,
+        "user": asdict(b.user) if b.user is not None else None,
+    }  # fmt: skip
 
 
 def _candidates(s: VllmSetup, res: Resolution) -> list[tuple[str, str, VllmSetup]]:
@@ -409,9 +453,13 @@ def assess(
     gpu_timing: str = "roofline",
     engine: str = ENGINES[0],
     workers: int = 1,
+    host_gauge_ms: float | None = None,
 ) -> RiskReport:
-    """Resolve, simulate and rank the mitigations (see the module docstring); the runs on
-    ``workers`` processes (the same report whatever the number)."""
+    """Resolve, simulate, give the exposure over host speeds (``host_gauge_ms``: the user's
+    measured gauge, sim.resolve.host_band) and rank the mitigations (see the module
+    docstring); the runs on ``workers`` processes (the same report whatever the number)."""
+    if host_gauge_ms is not None and not 0 < host_gauge_ms <= 10_000:
+        raise SpecraceError(f"--host-gauge {host_gauge_ms!r}: expected milliseconds in (0, 10000]")
     if seeds < 1 or steps < 2:
         raise SpecraceError("--seeds must be >= 1 and --steps >= 2")
     if gpu_timing not in GPU_TIMINGS:
@@ -450,8 +498,10 @@ def assess(
         return k
 
     base_key = key(res)
+    racy = policy_object(res.policy).reads_buffer
     plans: list[tuple[str, str, VllmSetup, Resolution | str, tuple | None]] = []
-    for name, change, alt in _candidates(setup, res) if mitigations else []:
+    # A path safe by construction needs no mitigation: none is simulated or listed.
+    for name, change, alt in _candidates(setup, res) if mitigations and racy else []:
         try:
             r = resolve(alt)
         except SpecraceError as e:
@@ -479,10 +529,25 @@ def assess(
                 name, change, True, "; ".join(caveats), r.path, est,
                 step_time_pct=_pct(est.mean_step_ns, base.mean_step_ns),
                 tokens_per_s_pct=_pct(est.tokens_per_s, base.tokens_per_s),
+                cost_unknown="; ".join(_unknown_costs(alt, r, res, overrides)),
             )
         )  # fmt: skip
     out.sort(key=_rank)
-    return RiskReport(setup, res, scenario, base, tuple(out), source)
+    band = (
+        host_band(scenario, policy_object(res.policy), seeds, steps, workers, host_gauge_ms)
+        if racy else None
+    )  # fmt: skip
+    return RiskReport(setup, res, scenario, base, tuple(out), source, band)
+
+
+def _unknown_costs(alt: VllmSetup, r: Resolution, base: Resolution, overrides: dict) -> list[str]:
+    """The costs of a change the model does not have (its cost columns count them as 0)."""
+    out = []
+    if r.runner == "v2" and base.runner == "v1":
+        out.append("MRv2's own CPU costs")
+    if base.prefix_caching and not r.prefix_caching and "workload.prefix_hit_prob" not in overrides:
+        out.append("the lost prefix-cache hits")
+    return out
 
 
 def _caveats(alt: VllmSetup, r: Resolution, base: Resolution, overrides: dict) -> list[str]:
@@ -502,7 +567,10 @@ def _pct(new: float, old: float) -> float:
 
 
 def _rank(m: Mitigation) -> tuple:
-    """Available before not; safe (nothing corrupted) first; then the highest tokens/s."""
+    """Available before not; safe (nothing corrupted) first; among those, the ones whose every
+    cost the model has before the ones with a cost it lacks (unknown, not zero); then the
+    highest tokens/s."""
     if not m.available or m.estimate is None:
-        return (2, 0.0, m.name)
-    return (0 if m.estimate.safe else 1, -m.estimate.tokens_per_s, m.name)
+        return (2, 0, 0.0, m.name)
+    return (0 if m.estimate.safe else 1, 1 if m.cost_unknown else 0, -m.estimate.tokens_per_s,
+            m.name)  # fmt: skip
