@@ -238,6 +238,40 @@ def test_the_same_result_on_any_number_of_workers(tmp_path) -> None:
     assert sorted(set(found)) == [3, 4], found
 
 
+def _reversed_moves(monkeypatch) -> None:
+    """Condense's moves logged from destination to source: the rows and the log disagree."""
+    from sim.model import input_batch as ib
+
+    condense = ib.InputBatchRows.condense
+
+    def planted(self) -> None:
+        n = len(self.ops)
+        condense(self)
+        self.ops[n:] = [ib.RowOp("move", o.b, o.a, o.req_id) if o.kind == "move" else o
+                        for o in self.ops[n:]]  # fmt: skip
+
+    monkeypatch.setattr(ib.InputBatchRows, "condense", planted)
+
+
+def _swap_out_of_range(monkeypatch) -> None:
+    """swap_states one row past the batch: the model itself raises IndexError."""
+    from sim.model import input_batch as ib
+
+    swap = ib.InputBatchRows.swap_states
+    monkeypatch.setattr(ib.InputBatchRows, "swap_states",
+                        lambda self, i1, i2: swap(self, i1, len(self._req_ids)))  # fmt: skip
+
+
+@pytest.mark.parametrize("plant", [_reversed_moves, _swap_out_of_range])
+def test_a_broken_row_order_is_reported_not_crashed_on(monkeypatch, capsys, plant) -> None:
+    plant(monkeypatch)
+    argv = ["check", "--max-rows", "2", "--steps", "3", "--policy", "align", "--workers", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the model") and "not a verdict on a policy" in err, err
+    assert "Traceback" not in err
+
+
 def test_cli_bad_input(capsys) -> None:
     assert main(["check", "--max-rows", "0"]) == 2
     assert "error: --max-rows 0" in capsys.readouterr().err

@@ -49,6 +49,19 @@ class RowOp:
         kind, a, b, req_id = item
         return RowOp(kind, int(a), int(b), str(req_id))
 
+    def apply_to_rows(self, rows: list[str | None]) -> None:
+        """The op on a layout (row -> request, None: empty), in place: who holds each row
+        after it, as ``InputBatch`` leaves its ``_req_ids``."""
+        a, b = self.a, self.b
+        if self.kind == "remove":
+            rows[a] = None
+        elif self.kind == "add":
+            rows[a] = self.req_id
+        elif self.kind == "move":
+            rows[b], rows[a] = rows[a], None
+        else:
+            rows[a], rows[b] = rows[b], rows[a]
+
 
 class InputBatchRows:
     """Rows of the persistent batch: ``req_ids`` (row -> req_id) and the per-row fields

@@ -351,14 +351,7 @@ def checked_steps(
             rows = (op.a, op.b) if op.kind in ("move", "swap") else (op.a,)
             if any(not 0 <= r < max_rows for r in rows):
                 raise bad(f"ops[{i}]", f"row outside 0..{max_rows - 1}: {op.to_json()}")
-            if op.kind == "remove":
-                layout[op.a] = None
-            elif op.kind == "add":
-                layout[op.a] = op.req_id
-            elif op.kind == "move":
-                layout[op.b], layout[op.a] = layout[op.a], None
-            else:
-                layout[op.a], layout[op.b] = layout[op.b], layout[op.a]
+            op.apply_to_rows(layout)
         if layout[: rec.num_reqs] != rec.req_ids or any(layout[rec.num_reqs :]):
             raise bad("ops", "replaying them on the previous layout does not give req_ids")
         _check_range(bad, "num_scheduled", rec.num_scheduled, 0, budget)

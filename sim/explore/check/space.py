@@ -231,9 +231,36 @@ def _run(
         if resume.engine.step_no != steps - 1:
             raise ValueError(f"resume at step {resume.engine.step_no}, not {steps - 1}")
         engine = resume.engine.fork(eng, requests)
-        record = engine.step()
+        record = _model_step(engine, resume.record.req_ids)
     else:
         engine = EngineRun(eng, requests)
+        record = None
         for _ in range(steps):
-            record = engine.step()
+            record = _model_step(engine, record.req_ids if record is not None else [])
+    assert record is not None
     return _Run(record, [list(x) if x is not None else [] for x in logs], list(cap_log), engine)
+
+
+def _model_step(engine: EngineRun, prev_req_ids: list[str]) -> StepRecord:
+    """One step of the model, whose row ops must turn the previous rows into this step's.
+
+    A model that cannot run a schedule (it raises, or its ops and rows disagree: a broken row
+    order) is reported as such, never judged: every verdict of the check rests on the ops.
+    """
+    n = engine.step_no
+    try:
+        rec = engine.step()
+    except (IndexError, KeyError, ValueError, AssertionError, RuntimeError) as e:
+        raise SpecraceError(
+            f"the model failed at step {n} ({type(e).__name__}: {e}): a bug in the model "
+            "(its row order?), not a verdict on a policy"
+        ) from e
+    rows: list[str | None] = [*prev_req_ids, *[None] * engine.eng.max_num_seqs]
+    for op in rec.ops:
+        op.apply_to_rows(rows)
+    if rows[: rec.num_reqs] != rec.req_ids or any(rows[rec.num_reqs :]):
+        raise SpecraceError(
+            f"the model's step {n}: its row ops do not turn the previous rows into its rows "
+            f"({rec.req_ids}): a broken row order in the model, not a verdict on a policy"
+        )
+    return rec
