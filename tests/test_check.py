@@ -32,6 +32,7 @@ from sim.model.scheduling import build_schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED = ("device-authoritative", "private-buffer", "sync-before-moves", "async-off")
+DOCUMENTED_SAFE = (*FIXED, "mrv2", "ascend-13865")  # README's "safe for every interleaving"
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +237,22 @@ def test_the_same_result_on_any_number_of_workers(tmp_path) -> None:
     doc = json.loads(outs[0])
     found = [cx["steps"] for p in doc["policies"].values() for cx in p["counterexamples"].values()]
     assert sorted(set(found)) == [3, 4], found
+
+
+def test_the_documented_safe_policies_are_the_readmes() -> None:
+    flagged = [n for n in all_policy_names() if named(n).documented_safe]
+    assert sorted(flagged) == sorted(DOCUMENTED_SAFE)
+
+
+def test_a_documented_safe_policy_that_fails_exits_non_zero(monkeypatch, capsys) -> None:
+    """A fix that the bounded check finds failing is an error, not a table row."""
+    broken = replace(POLICIES["unsynced"], documented_safe=True)
+    monkeypatch.setitem(POLICIES, "unsynced", broken)
+    argv = ["check", "--max-rows", "1", "--steps", "4", "--policy", "unsynced", "--workers", "1"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert "unsynced: FAILS" in captured.out
+    assert "error: documented safe, but fails: unsynced" in captured.err
 
 
 def _reversed_moves(monkeypatch) -> None:

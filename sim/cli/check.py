@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _classes(text: str, flag: str) -> tuple[str, ...]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from sim.explore.check import Space, check, result_json
-    from sim.model.policies import select
+    from sim.model.policies import named, select
     from sim.runs.io import write_json
     from sim.runs.processes import auto_workers
 
@@ -102,6 +103,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}")
     if args.json:
         print(json.dumps(doc, sort_keys=True))
+    broken = [n for n, p in res.policies.items() if not p.safe and named(n).documented_safe]
+    if broken:
+        print(f"error: documented safe, but fails: {', '.join(broken)}", file=sys.stderr)
+        return 1
     return 0
 
 

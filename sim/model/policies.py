@@ -153,6 +153,9 @@ class Policy:
     build: CpuBuilder
     consume: GpuConsumer
     dma_into_private: bool = False  # #51599: the D2H targets the runner-private buffer
+    # A fix, documented safe for every interleaving (README "sim check", ARCHITECTURE.md):
+    # ``sim check`` exits non-zero where one fails.
+    documented_safe: bool = False
 
     @property
     def waits_before_moves(self) -> bool:
@@ -221,15 +224,17 @@ POLICIES: dict[str, Policy] = {
         Policy("unsynced", "before #36013: no event wait", W.NEVER, gather_write_back, corrected),
         Policy("synced-gather", "v0.23.0, before #45100", W.BEFORE_READ, gather_write_back,
                corrected),
-        Policy("device-authoritative", "v0.24.0 (#45100)", W.NEVER, fill_one, corrected),
+        Policy("device-authoritative", "v0.24.0 (#45100)", W.NEVER, fill_one, corrected,
+               documented_safe=True),
         Policy("align", "v0.24.0, mamba_cache_mode=align", W.BEFORE_READ, gather_write_back,
                cpu_value),
         Policy("private-buffer", "#51599 (align)", W.BEFORE_READ, gather_private, cpu_value,
-               dma_into_private=True),
-        Policy("sync-before-moves", "#53919 (align)", W.BEFORE_MOVES, direct, cpu_value),
+               dma_into_private=True, documented_safe=True),
+        Policy("sync-before-moves", "#53919 (align)", W.BEFORE_MOVES, direct, cpu_value,
+               documented_safe=True),
         # Model runner V2 (default for Qwen hybrids from 0.29.0): counts on the GPU by slot.
         Policy("mrv2", "model runner V2 (vllm/v1/worker/gpu/)", W.NEVER, no_cpu_counts,
-               from_request_slot),
+               from_request_slot, documented_safe=True),
         # vllm-ascend main (2026-08-22) model_runner_v1.py L1068-1093: the event wait and the
         # gather from the moved InputBatch buffer with write-back, no #45100 guard; then
         # update_num_computed_tokens_for_batch_change (L1105-1120) repairs drafted rows.
@@ -238,11 +243,14 @@ POLICIES: dict[str, Policy] = {
         # vllm-ascend #13865, validated with prefix caching on (align): the CPU value is
         # consumed (preprocess_mamba, then the re-sync at L1993-2000 of main).
         Policy("ascend-13865", "vllm-ascend #13865 (releases/v0.23.0)", W.BEFORE_READ,
-               gather_private_write_back, cpu_value, dma_into_private=True),
+               gather_private_write_back, cpu_value, dma_into_private=True,
+               documented_safe=True),
     )
 }  # fmt: skip
 
-SYNC_SCHEDULING = Policy("async-off", "async scheduling off", W.BEFORE_READ, direct, cpu_value)
+SYNC_SCHEDULING = Policy(
+    "async-off", "async scheduling off", W.BEFORE_READ, direct, cpu_value, documented_safe=True
+)
 
 
 def get_policy(name: str) -> Policy:
