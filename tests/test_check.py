@@ -255,6 +255,14 @@ def test_a_documented_safe_policy_that_fails_exits_non_zero(monkeypatch, capsys)
     assert "error: documented safe, but fails: unsynced" in captured.err
 
 
+def test_the_json_counts_add_up(small, tmp_path) -> None:
+    """Per policy: every interleaving, the passing ones and the failing ones per kind."""
+    doc = result_json(small)
+    for name, p in doc["policies"].items():
+        assert p["interleavings"] == p["passing"] + sum(p["failing"].values()), name
+        assert p["passing"] == small.policies[name].interleavings
+
+
 def _reversed_moves(monkeypatch) -> None:
     """Condense's moves logged from destination to source: the rows and the log disagree."""
     from sim.model import input_batch as ib

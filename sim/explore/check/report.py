@@ -159,7 +159,8 @@ def result_json(res: CheckResult) -> dict[str, Any]:
             name: {
                 "vllm": p.vllm,
                 "safe": p.safe,
-                "interleavings": p.interleavings,
+                "interleavings": p.interleavings + sum(p.failing.values()),
+                "passing": p.interleavings,
                 "failing": dict(sorted(p.failing.items())),
                 "repaired_cpu_wrong": p.repaired,
                 "symbolic_counts": p.symbolic,
