@@ -51,6 +51,7 @@ class Hooks:
         self.max_reqs = int(runner.max_num_reqs)
         self.max_steps = max_steps
         self.steps: list[dict[str, Any]] = []
+        self.count = 0  # steps begun (a live watch drops judged steps from ``steps``)
         self.cur: dict[str, Any] | None = None
         self.sleep_cycles = 0  # the GPU delay: a spin on the stream per step
         if gpu_delay_us:
@@ -96,6 +97,10 @@ class Recorder(Hooks):
             self._hook(ib, "swap_states", self._swap)
         return self
 
+    def slot(self, i: int) -> int | None:
+        """Step ``i``'s row of the private rings (None: past them); a live watch wraps."""
+        return i if i < self.max_steps else None
+
     def _landed(self) -> bool:
         ev = self.runner.num_accepted_tokens_event
         return True if ev is None else bool(ev.query())
@@ -104,13 +109,14 @@ class Recorder(Hooks):
     def _execute_model(self, orig):
         def hook(scheduler_output, *args, **kwargs):
             t_enter = now()
+            self.count += 1
             if self.level != "full":
                 self.steps.append({"t_enter": t_enter})
                 return orig(scheduler_output, *args, **kwargs)
             so = scheduler_output
             cached = so.scheduled_cached_reqs
             cur = {
-                "step": len(self.steps),
+                "step": self.count - 1,
                 "t_enter": t_enter,
                 "finished": sorted(so.finished_req_ids),
                 "new": [
@@ -137,8 +143,8 @@ class Recorder(Hooks):
         def hook(*args, **kwargs):
             cur = self.cur
             if cur is not None and "gpu_slot" not in cur and self.level == "full":
-                i = cur["step"]
-                if i < self.max_steps:
+                i = self.slot(cur["step"])
+                if i is not None:
                     n = cur.get("n", 0)
                     src = self.runner.num_accepted_tokens.gpu[:n]
                     self.gpu_ring[i, :n].copy_(src.to(self.torch.int32), non_blocking=True)
@@ -191,8 +197,8 @@ class Recorder(Hooks):
         def hook(output_token_ids, scheduler_output):
             out = orig(output_token_ids, scheduler_output)
             cur = self.cur
-            i = cur["step"]
-            if i < self.max_steps:
+            i = self.slot(cur["step"])
+            if i is not None:
                 n = int(output_token_ids.size(0))
                 if self.align:
                     src = self.runner._get_mamba_bufs().postprocess_align.num_accepted_tokens_out

@@ -190,6 +190,29 @@ def patched_source(cls: type, patch: Patch) -> dict[str, str]:
     return patched_source_text(methods, patch)
 
 
+def compile_patch(cls: type, patch: Patch) -> dict[str, Any]:
+    """The edited methods of ``cls``, compiled in its module's namespace; changes nothing
+    (:class:`PatchError` if an edit does not find its lines). The plugin sets them itself."""
+    module = sys.modules[cls.__module__]
+    compiled = {}
+    for name, src in patched_source(cls, patch).items():
+        scope: dict[str, Any] = {}
+        code = compile(src, f"<specrace patch {patch.name}: {name}>", "exec")
+        exec(code, module.__dict__, scope)  # noqa: S102 - our own edit of vLLM's source
+        compiled[name] = scope[name]
+    return compiled
+
+
+def allocate_private(runner: Any) -> None:
+    """``private-d2h``'s runner-owned counts buffer (pinned as vLLM's own is, where a GPU is)."""
+    import torch
+
+    pin = torch.cuda.is_available()
+    t = torch.ones(int(runner.max_num_reqs), dtype=torch.int32, pin_memory=pin)
+    runner._private_num_accepted_cpu_tensor = t
+    runner._private_num_accepted_cpu = t.numpy()
+
+
 class Installed:
     """One patch on one runner's class; ``uninstall`` restores the original methods."""
 
@@ -199,21 +222,9 @@ class Installed:
         self._saved: dict[str, Any] = {}
 
     def install(self) -> Installed:
-        module = sys.modules[self.cls.__module__]
-        sources = patched_source(self.cls, self.patch)  # every edit found before any is set
-        compiled = {}
-        for name, src in sources.items():
-            scope: dict[str, Any] = {}
-            code = compile(src, f"<specrace patch {self.patch.name}: {name}>", "exec")
-            exec(code, module.__dict__, scope)  # noqa: S102 - our own edit of vLLM's source
-            compiled[name] = scope[name]
+        compiled = compile_patch(self.cls, self.patch)  # every edit found before any is set
         if self.patch.private_buffer:
-            import torch
-
-            pin = torch.cuda.is_available()  # pinned as vLLM's own buffer is, where a GPU is
-            t = torch.ones(int(self.runner.max_num_reqs), dtype=torch.int32, pin_memory=pin)
-            self.runner._private_num_accepted_cpu_tensor = t
-            self.runner._private_num_accepted_cpu = t.numpy()
+            allocate_private(self.runner)
         for name, fn in compiled.items():
             self._saved[name] = self.cls.__dict__[name]
             setattr(self.cls, name, fn)
