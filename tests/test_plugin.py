@@ -1,0 +1,193 @@
+"""The vLLM plugin (specrace/plugin, issue 46) with a fake ``vllm`` module: inert unless
+enabled, gated on the release, idempotent, the guard refusing where its lines moved, the
+watch's judgement and report. The real InputBatch and runner source: tests/conformance/."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+import specrace.plugin as plugin
+from sim.model.policies import get_policy
+
+RUNNER_SRC = """
+import numpy as np
+
+
+class GPUModelRunner:
+    def __init__(self):
+        self.max_num_reqs = 4
+        self.inits = getattr(self, "inits", 0) + 1
+
+    def execute_model(self, scheduler_output):
+        return "ran"
+
+    def _update_states(self, scheduler_output):
+        # Remove finished requests from the cached states.
+        for req_id in scheduler_output.finished_req_ids:
+            pass
+
+    def _update_states_after_model_execute(self, output_token_ids, scheduler_output):
+        postprocess(
+            num_accepted_tokens_cpu_tensor=(
+                self.input_batch.num_accepted_tokens_cpu_tensor
+            ),
+        )
+
+    def _prepare_inputs(self, num_reqs, new_mask, prev_idx):
+        self.num_accepted_tokens.np[:num_reqs] = (
+            self.input_batch.num_accepted_tokens_cpu[
+                np.where(new_mask, 0, prev_idx)
+            ]
+        )
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    """A ``vllm`` of a given version whose V1 runner module is a real file (the guard reads
+    its methods' source)."""
+    pkg = tmp_path / "fakevllm_runner.py"
+    pkg.write_text(RUNNER_SRC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("fakevllm_runner", None)
+    runner_mod = importlib.import_module("fakevllm_runner")
+    vllm = types.ModuleType("vllm")
+    vllm.__version__ = "0.33.0"
+    mods = {"vllm": vllm, "vllm.v1": types.ModuleType("vllm.v1"),
+            "vllm.v1.worker": types.ModuleType("vllm.v1.worker"),
+            "vllm.v1.worker.gpu_model_runner": runner_mod}  # fmt: skip
+    mods["vllm.v1.worker"].gpu_model_runner = runner_mod
+    for k, v in mods.items():
+        monkeypatch.setitem(sys.modules, k, v)
+    for k in ("SPECRACE_WATCH", "SPECRACE_GUARD", "VLLM_USE_V2_MODEL_RUNNER"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(plugin, "_loaded", {})
+    return vllm, runner_mod.GPUModelRunner
+
+
+def test_importing_the_entry_point_imports_neither_torch_nor_vllm():
+    code = "import sys, specrace.plugin; print(sorted({'torch','vllm'} & set(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+
+def test_inert_unless_enabled(fake_vllm):
+    _vllm, cls = fake_vllm
+    before = dict(cls.__dict__)
+    plugin.register()
+    assert plugin._loaded == {"state": "inert"} and dict(cls.__dict__) == before
+
+
+@pytest.mark.parametrize(("version", "env", "state"), [
+    ("0.23.0", {}, "v1"), ("0.33.0", {}, "v1"), ("0.33.1.dev4+g1234", {}, "unknown"),
+    ("0.34.0", {}, "gpu"), ("0.35.2", {}, "gpu"), ("0.29.0", {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+    "gpu"), ("0.22.0", {}, "unknown"), ("dev", {}, "unknown"),
+])  # fmt: skip
+def test_release_gate(version, env, state):
+    assert plugin.release_state(version, env) == state
+
+
+def test_mrv2_release_logs_once_and_does_nothing(fake_vllm, monkeypatch, caplog):
+    vllm, cls = fake_vllm
+    vllm.__version__ = "0.34.0"
+    monkeypatch.setenv("SPECRACE_WATCH", "1")
+    before = dict(cls.__dict__)
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+        plugin.register()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "stay on the GPU" in lines[0] and "0.34.0" in lines[0]
+    assert dict(cls.__dict__) == before
+
+
+def test_guard_installs_once_and_logs_its_release(fake_vllm, monkeypatch, caplog):
+    _vllm, cls = fake_vllm
+    monkeypatch.setenv("SPECRACE_GUARD", "private-d2h")
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+        patched = cls._prepare_inputs
+        plugin._loaded.clear()  # a second load in the same process, module state lost
+        plugin.register()
+    assert plugin._loaded["state"] == "already" and cls._prepare_inputs is patched
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "private-d2h" in lines[0] and "0.33.0" in lines[0]
+    r = cls()
+    assert r.inits == 1 and list(r._private_num_accepted_cpu) == [1, 1, 1, 1]
+
+
+def test_guard_refuses_moved_lines_and_changes_nothing(fake_vllm, monkeypatch, caplog):
+    _vllm, cls = fake_vllm
+    monkeypatch.setenv("SPECRACE_GUARD", "sync-before-moves")
+    src = textwrap.dedent(RUNNER_SRC).replace("# Remove finished", "# Drop finished")
+    path = Path(sys.modules["fakevllm_runner"].__file__)
+    path.write_text(src)
+    importlib.reload(sys.modules["fakevllm_runner"])
+    cls = sys.modules["fakevllm_runner"].GPUModelRunner
+    sys.modules["vllm.v1.worker"].gpu_model_runner = sys.modules["fakevllm_runner"]
+    before = dict(cls.__dict__)
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+    assert plugin._loaded["state"] == "refused" and dict(cls.__dict__) == before
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "refused" in lines[0] and "_update_states" in lines[0]
+
+
+def test_a_bad_setting_is_one_warning(fake_vllm, monkeypatch, caplog):
+    monkeypatch.setenv("SPECRACE_GUARD", "sync")
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+    assert plugin._loaded["state"] == "refused" and len(caplog.records) == 1
+
+
+def _step(step, prev_positions, cpu, ops=(), landed_read=True, pnd=(2, 2, 2)):
+    return {"step": step, "prev_positions": list(prev_positions), "cpu_value": list(cpu),
+            "req_ids": [f"r{i}" for i in range(len(cpu))], "ops": [list(o) for o in ops],
+            "landed_at_update_states": False, "landed_at_read": landed_read,
+            "prev_num_draft_tokens": list(pnd), "t_us_start": 0, "t_read": 5000}  # fmt: skip
+
+
+def test_wrong_reads_are_judged_by_the_verdict():
+    from specrace.plugin.judge import wrong_reads
+
+    align = get_policy("align")
+    prev = {"truth": [3, 1, 2]}
+    ok = _step(1, [0, 1, 2], [3, 1, 2])
+    assert wrong_reads(align, prev, ok) == []
+    # row 2 moved into row 0, then the copy landed (before the add): ownership
+    ops = [("move", 2, 0, "r2", 0, 10, False, False, 0), ("add", 2, -1, "r9", 20, 30,
+           True, True, -1)]  # fmt: skip
+    bad = _step(1, [2, 1, -1], [3, 1, 1], ops=ops)
+    (w,) = wrong_reads(align, prev, bad)
+    assert (w["row"], w["consumed"], w["true_count"], w["kind"]) == (0, 3, 2, "ownership")
+    late = _step(1, [0, 1, 2], [1, 1, 2], landed_read=False)
+    assert [w["kind"] for w in wrong_reads(align, prev, late)] == ["unlanded"]
+
+
+def test_report_summarises_a_watch_folder(tmp_path):
+    from specrace.plugin.judge import timeline
+    from specrace.plugin.report import report, summary_line
+
+    t = {"vllm": "0.33.0", "policy": "align", "steps": 1000, "reads": 20000, "wrong": 3,
+         "skipped_steps": 0}  # fmt: skip
+    line = summary_line(t)
+    assert "1.50 per 10,000" in line and "95 % CI" in line and "1,000 steps" in line
+    (tmp_path / "summary-1.json").write_text(json.dumps(t))
+    cur = _step(7, [0], [2], ops=[("add", 1, -1, "r9", 1000, 2000, False, True, -1)])
+    w = {"step": 7, "req_id": "r0", "row": 0, "consumed": 2, "true_count": 3, "kind": "ownership",
+         "landed": "during row op 0 (add)", "timeline": timeline(cur)}  # fmt: skip
+    (tmp_path / "wrong-reads-1.jsonl").write_text(json.dumps(w) + "\n")
+    r = subprocess.run([sys.executable, "-m", "specrace.plugin", "report", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "worst step 7" in r.stdout and "add 1->-1 r9" in r.stdout
+    assert "consumed 2, true 3" in r.stdout
+    assert report(tmp_path).splitlines()[0] == line
