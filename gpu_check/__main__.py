@@ -193,6 +193,10 @@ def build_parser(
     )  # fmt: skip
     add_format_arg(oc, "the results, one per configuration")
 
+    ga = sub.add_parser("vllm-gauge", help="the host-speed gauge of every pass against its step")
+    ga.add_argument("runs", nargs="+", help="folders of exported runs (searched at any depth)")
+    ga.add_argument("--out", required=True, help="folder for summary.json and gauge.csv")
+
     rp = sub.add_parser(
         "vllm-repeatability", help="the forward criterion between passes of one configuration"
     )
@@ -560,6 +564,16 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 
 
+def cmd_vllm_gauge(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check.vllm.gauge import write_gauge
+
+    out = _out_dir(args.out, "vllm-gauge")
+    doc = _vllm_input(write_gauge, [Path(r) for r in args.runs], out, what=" ".join(args.runs))
+    return json.dumps(doc, indent=1)
+
+
 def cmd_vllm_repeatability(args: argparse.Namespace) -> str:
     from pathlib import Path
 
@@ -624,6 +638,7 @@ COMMANDS = {
     "vllm-plan": cmd_vllm_plan,
     "vllm-outcome": cmd_vllm_outcome,
     "vllm-repeatability": cmd_vllm_repeatability,
+    "vllm-gauge": cmd_vllm_gauge,
     "vllm-ab": cmd_vllm_ab,
     "vllm-figure": cmd_vllm_figure,
     "vllm-consequence": cmd_vllm_consequence,

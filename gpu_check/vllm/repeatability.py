@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_check.vllm.calibrate import step_spans
 from gpu_check.vllm.config import run_config_of
 from gpu_check.vllm.export import load_raw
 from gpu_check.vllm.outcome import LANDING, judge, observed
@@ -85,9 +84,11 @@ def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
 def sample_tokens_ms(raw: dict[str, Any]) -> float:
     """The pass's host speed: the median sample_tokens host span (prepare_inputs end -> counts
     D2H issued) over its decode-only steps, ms, the span ``worker_sample_tokens_ns`` is
-    calibrated from (:func:`gpu_check.vllm.calibrate.step_spans`)."""
-    t = step_spans(raw)
-    return round(float(t.loc[~t["prefill"], "launch_to_d2h_ns"].median()) / 1e6, 3)
+    calibrated from: :mod:`gpu_check.vllm.gauge`, the one definition."""
+    from gpu_check.vllm.gauge import sample_spans_ns
+
+    spans = sample_spans_ns([s for s in raw["steps"] if "req_ids" in s])
+    return round(float(np.median(spans)) / 1e6, 3)
 
 
 def _prediction(obs: dict[str, Any]) -> dict[str, Any]:

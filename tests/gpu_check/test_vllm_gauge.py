@@ -1,0 +1,39 @@
+"""The host-speed gauge (gpu_check.vllm.gauge): one definition, in every export, and the
+committed evidence that it tracks a pass's step time (data/vllm/gauge)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpu_check.vllm.calibrate import step_spans
+from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.gauge import GAUGE_KEYS, gauge_evidence, gauge_rows, host_gauge
+from gpu_check.vllm.repeatability import sample_tokens_ms
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+
+
+def test_the_gauge_is_the_calibrations_decode_only_sample_tokens_span() -> None:
+    for name in ("align_s16_d0ms", "none_s16_d20ms"):
+        raw = load_raw(DATA / "v0.24.0" / "raw" / f"raw_{name}.json.gz")
+        g = host_gauge(raw)
+        t = step_spans(raw)
+        by_hand = float(t.loc[~t["prefill"], "launch_to_d2h_ns"].median()) / 1e6
+        assert g["host_gauge_ms"] == round(by_hand, 3) == sample_tokens_ms(raw)
+        assert g["host_gauge_steps"] == int((~t["prefill"]).sum())
+        assert g["host_gauge_pure"] == (name != "none_s16_d20ms")  # none at a delay: GPU too
+        committed = json.loads((DATA / "v0.24.0" / name / "export.json").read_text())
+        assert {k: committed[k] for k in GAUGE_KEYS} == g  # back-filled by vllm-export
+
+
+def test_the_committed_evidence_is_what_the_command_computes() -> None:
+    rows = gauge_rows([DATA / "v0.24.0-repeat", DATA / "v0.24.0"])
+    doc = gauge_evidence(rows)
+    assert doc["host_only"]["passes"] >= 3
+    committed = json.loads((DATA / "gauge" / "summary.json").read_text())
+    r = committed["host_only"]
+    # The gauge tracks the step: within a configuration and across configurations.
+    assert r["r_log_gauge_log_step_within"] > 0.8 and r["r_log_gauge_log_step_across"] > 0.7
+    spread = committed["spread"]["pooled"]
+    assert spread["min"] < 1 < spread["max"] and spread["passes"] >= 90
