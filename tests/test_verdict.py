@@ -174,3 +174,16 @@ def test_kind_and_margin_from_times_on_one_step_and_over_points() -> None:
     assert margins(land, read, w, unlanded).tolist() == [c[3] for c in cases]
     assert [landing_position(a, b, writes) for a, b, *_ in cases] == [0, 0, 1, -1, -1]
     assert KINDS == ("", "unlanded", "ownership", "double-permute")
+
+
+def test_one_close_call_threshold_for_the_replay_and_vllm() -> None:
+    """Strictly within 100 µs, in whole ns: vLLM's agreement and export and the replay's
+    close_calls all ask sim.model.verdict (they once disagreed at exactly 100 µs)."""
+    import pandas as pd
+
+    from sim.model.verdict import CLOSE_CALL_NS, is_close_call
+
+    margins = [-1, 0, CLOSE_CALL_NS - 1, CLOSE_CALL_NS, CLOSE_CALL_NS + 1]
+    expected = [False, True, True, False, False]
+    assert [bool(is_close_call(m)) for m in margins] == expected
+    assert is_close_call(pd.Series(margins)).tolist() == expected

@@ -21,7 +21,7 @@ from the truth (align: the CPU value; otherwise the predicted GPU value of a dec
 Where the landing fell inside an op (poll
 before it false, after it true), every placement inside it is predicted; if they differ the
 read is ``ambiguous`` and not scored. A close call is a step whose landing was first seen within
-100 us of a writing row op (add, condense move, swap).
+100 us of a writing row op (add, condense move, swap): sim.model.verdict.is_close_call.
 """
 
 from __future__ import annotations
@@ -37,10 +37,8 @@ from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.schedule_io import read_schedule
-from sim.model.verdict import at_landing, seen_landing
+from sim.model.verdict import at_landing, is_close_call, seen_landing
 from sim.runs.io import atomic_write, atomic_write_text, read_parquet
-
-CLOSE_CALL_NS = 100_000
 
 
 def policy_for(mode: str, vllm_version: str, runner: str = "v1") -> Policy:
@@ -117,7 +115,7 @@ def predict_reads(
         else:
             g["predicted_wrong"] = g["consumed"].to_numpy() & (gpu0 != true)
         margin = int(t["margin_ns"])
-        g["close_call"] = (0 <= margin < CLOSE_CALL_NS) and not bool(t["landed_at_update_states"])
+        g["close_call"] = is_close_call(margin) and not bool(t["landed_at_update_states"])
         out.append(g)
     if not out:
         return reads.assign(scored_value=0, predicted=0, ambiguous=False, agree=True,

@@ -47,11 +47,11 @@ from sim.errors import SpecraceError
 from sim.model.input_batch import RowOp
 from sim.model.params import EngineParams, LengthParams, Scenario, TimingParams, WorkloadParams
 from sim.model.schedule import Schedule, StepRecord, dumps
+from sim.model.verdict import is_close_call
 from sim.runs.inputs import META_MAX, read_json
 from sim.runs.io import atomic_write, atomic_write_text
 
 WRITING = ("add", "move", "swap")
-CLOSE_CALL_NS = 100_000
 
 READ_COLUMNS = {
     "step": "int64",
@@ -343,12 +343,8 @@ def summarize(raw: dict[str, Any], reads: pd.DataFrame, table: pd.DataFrame) -> 
         "steps_landed_between_ops": int(between.sum()),
         "steps_not_landed_at_read": int((table["land_pos"] < 0).sum()),
         "close_call_steps": int(
-            (
-                (table["margin_ns"] >= 0)
-                & (table["margin_ns"] < CLOSE_CALL_NS)
-                & ~table["landed_at_update_states"]
-            ).sum()
-        ),  # fmt: skip
+            (is_close_call(table["margin_ns"]) & ~table["landed_at_update_states"]).sum()
+        ),
         "step_interval_ms_median": round(float(iv.median()), 3) if len(iv) else None,
         "update_states_us_median": round(float(table["update_states_ns"].median() / 1e3), 1),
         **host_gauge(raw),  # the pass's host speed (gpu_check.vllm.gauge)

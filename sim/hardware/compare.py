@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import SpecraceError
+from sim.model.verdict import is_close_call
 from sim.runs.io import OBSERVED_COLUMNS, check_schema, read_table
 from sim.runs.stats import wilson
 
@@ -171,7 +172,6 @@ TIMING_COLUMNS = ("land_predicted_ns", "land_seen_ns", "land_bracket_ns", "op_er
 VERDICT_COLUMNS = ("land_predicted_pos", "land_margin_ns", "sim_cpu_value", "sim_landed")
 # What replay_steps reads of a replay table (TIMING_ and VERDICT_COLUMNS are optional ones).
 STEP_COLUMNS = {*OPTIONAL, "op_errs_ns", "n_ops", "reads_buffer", "cpu_observed", "land_pos"}
-CLOSE_CALL_US = 100  # a step whose landing the model puts this close to an op or the read
 WIDE_US = 25  # beyond this margin the replay's own errors must never flip a verdict
 
 
@@ -284,9 +284,10 @@ def attribute(land_err_ns: float, bracket_ns: float, op_err_ns: float, margin_ns
 
 def close_calls(observed: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per policy and over all: how often the hardware gave the model's verdict on close calls
-    (margin <= 100 µs) and on steps with margin > 25 µs, each as a count, a rate and its 95 %
-    Wilson interval, and every close call it did not give attributed to the landing error, the
-    op-placement error, both, or neither. Empty for a replay without the model's verdicts."""
+    (:func:`sim.model.verdict.is_close_call`: margin < 100 µs) and on steps with margin
+    > 25 µs, each as a count, a rate and its 95 % Wilson interval, and every close call it did
+    not give attributed to the landing error, the op-placement error, both, or neither. Empty
+    for a replay without the model's verdicts."""
     steps = replay_steps(observed) if steps is None else steps
     if steps.empty or "same_verdict" not in steps.columns:
         return pd.DataFrame()
@@ -296,14 +297,14 @@ def close_calls(observed: pd.DataFrame, steps: pd.DataFrame | None = None) -> pd
     rows = []
     for name, g in [*steps.groupby("policy", sort=True), ("all", steps)]:
         row: dict = {"policy": name}
-        for label, sel in (("close", g["margin_ns"] <= CLOSE_CALL_US * 1000),
+        for label, sel in (("close", is_close_call(g["margin_ns"])),
                            ("wide", g["margin_ns"] > WIDE_US * 1000)):  # fmt: skip
             n, k = int(sel.sum()), int(g.loc[sel, "same_verdict"].sum())
             lo, hi = wilson(k, n)
             row |= {f"{label}_steps": n, f"{label}_same": k,
                     f"{label}_rate": round(k / n, 4) if n else float("nan"),
                     f"{label}_ci95": f"[{float(lo):.3f}, {float(hi):.3f}]"}  # fmt: skip
-        miss = g[(g["margin_ns"] <= CLOSE_CALL_US * 1000) & ~g["same_verdict"]]
+        miss = g[is_close_call(g["margin_ns"]) & ~g["same_verdict"]]
         errors = zip(miss["land_err_ns"], miss["bracket_ns"], miss["op_err_ns"],
                      miss["margin_ns"], strict=True)  # fmt: skip
         why = [attribute(*e) for e in errors]

@@ -36,6 +36,17 @@ from sim.model.policies import Policy
 
 NOT_LANDED = -1
 WRITE_OPS = ("add", "move", "swap")  # the row ops that write B (remove writes nothing)
+# A close call: step N's copy lands at most this little before a writing row op or the read
+# (0 <= margin_ns < CLOSE_CALL_NS), so a timing error of that size could flip the verdict. Strictly
+# within, in integer ns: the meaning the vLLM-side measurement (gpu_check.vllm.agreement and
+# export, margins of whole nanoseconds from vLLM's own `_update_states`) gave it first; the
+# replay comparison (sim.hardware.compare) shares it.
+CLOSE_CALL_NS = 100_000
+
+
+def is_close_call(margin_ns):
+    """Whether a landing margin (ns; an int or an array or Series of them) is a close call."""
+    return (margin_ns >= 0) & (margin_ns < CLOSE_CALL_NS)
 
 
 class HazardKind(enum.StrEnum):
