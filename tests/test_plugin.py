@@ -191,3 +191,13 @@ def test_report_summarises_a_watch_folder(tmp_path):
     assert "worst step 7" in r.stdout and "add 1->-1 r9" in r.stdout
     assert "consumed 2, true 3" in r.stdout
     assert report(tmp_path).splitlines()[0] == line
+
+
+def test_a_runner_that_does_not_import_is_one_warning_not_a_crash(fake_vllm, monkeypatch, caplog):
+    monkeypatch.setenv("SPECRACE_WATCH", "1")
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker", types.ModuleType("vllm.v1.worker"))
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu_model_runner", None)  # ImportError
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+    assert plugin._loaded["state"] == "refused"
+    assert [r.levelname for r in caplog.records] == ["WARNING"]

@@ -106,9 +106,14 @@ def register() -> None:
         LOG.warning("specrace: vLLM %s is not a release specrace knows (0.23.0-0.33.0); "
                     "the plugin does nothing", version)  # fmt: skip
         return
-    from vllm.v1.worker import gpu_model_runner
+    try:  # a plugin that raises stops vLLM's start: say why, and do nothing
+        from vllm.v1.worker import gpu_model_runner
 
-    _loaded["state"] = install(gpu_model_runner.GPUModelRunner, cfg, version)
+        _loaded["state"] = install(gpu_model_runner.GPUModelRunner, cfg, version)
+    except Exception as e:
+        _loaded["state"] = "refused"
+        LOG.warning("specrace: not installed on vLLM %s, nothing changed: %s: %s",
+                    version, type(e).__name__, e)  # fmt: skip
 
 
 def install(cls: type, cfg: Settings, version: str) -> str:
