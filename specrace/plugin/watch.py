@@ -9,6 +9,7 @@ event has completed are judged (:mod:`specrace.plugin.judge`) and dropped: nothi
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import logging
@@ -58,6 +59,7 @@ class LiveWatch(Recorder):
         out.mkdir(parents=True, exist_ok=True)
         self.jsonl = out / f"wrong-reads-{os.getpid()}.jsonl"
         self.summary = out / f"summary-{os.getpid()}.json"
+        atexit.register(self.write_totals)  # the steps after the last summary line
 
     def slot(self, i: int) -> int | None:
         return i % RING
@@ -152,11 +154,14 @@ class LiveWatch(Recorder):
             "skipped_steps": self.skipped,
         }
 
-    def log_summary(self) -> None:
-        from specrace.plugin.report import summary_line
-
+    def write_totals(self) -> dict[str, Any]:
         t = self.totals()
         tmp = self.summary.with_suffix(".tmp")
         tmp.write_text(json.dumps(t))
         tmp.replace(self.summary)
-        LOG.info("%s", summary_line(t))
+        return t
+
+    def log_summary(self) -> None:
+        from specrace.plugin.report import summary_line
+
+        LOG.info("%s", summary_line(self.write_totals()))
