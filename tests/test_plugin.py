@@ -185,12 +185,16 @@ def test_report_summarises_a_watch_folder(tmp_path):
     w = {"step": 7, "req_id": "r0", "row": 0, "consumed": 2, "true_count": 3, "kind": "ownership",
          "landed": "during row op 0 (add)", "timeline": timeline(cur)}  # fmt: skip
     (tmp_path / "wrong-reads-1.jsonl").write_text(json.dumps(w) + "\n")
-    r = subprocess.run([sys.executable, "-m", "specrace.plugin", "report", str(tmp_path)],
+    page = tmp_path / "w.html"
+    argv = ["report", str(tmp_path), "--html", str(page)]
+    r = subprocess.run([sys.executable, "-m", "specrace.plugin", *argv],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "worst step 7" in r.stdout and "add 1->-1 r9" in r.stdout
     assert "consumed 2, true 3" in r.stdout
     assert report(tmp_path).splitlines()[0] == line
+    text = page.read_text()
+    assert "<svg" in text and "The worst step: 7" in text and "ownership" in text
 
 
 def test_a_runner_that_does_not_import_is_one_warning_not_a_crash(fake_vllm, monkeypatch, caplog):

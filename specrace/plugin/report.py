@@ -1,12 +1,15 @@
-"""``python -m specrace.plugin report WATCHDIR``: the watch's output summed over processes.
+"""``python -m specrace.plugin report WATCHDIR [--html FILE]``: the watch's output summed over
+processes.
 
 Reads ``summary-*.json`` (totals each process wrote with its last log line) and
 ``wrong-reads-*.jsonl``; prints the rate with its 95 % interval, the reads by hazard kind and
-the worst step's timeline (the step with the most wrong reads).
+the worst step's timeline (the step with the most wrong reads); ``--html`` writes the same
+as one self-contained page, the timeline drawn.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from collections import Counter
 from pathlib import Path
@@ -64,3 +67,57 @@ def report(folder: Path) -> str:
         for r in worst:
             lines.append(f"  {r['req_id']}: consumed {r['consumed']}, true {r['true_count']}")
     return "\n".join(lines)
+
+
+def _svg_timeline(events: list[dict[str, Any]]) -> str:
+    """The worst step's row ops as bars on its host time axis (us from ``_update_states``),
+    green once the counts had landed, red while in flight; the read as a line."""
+    if not events:
+        return ""
+    end = max(float(ev.get("t1_us", ev["t0_us"])) for ev in events) or 1.0
+    width, row_h, left = 720, 18, 220
+    scale = (width - left - 20) / end
+    parts = []
+    for i, ev in enumerate(events):
+        y = 10 + i * row_h
+        t0, t1 = float(ev["t0_us"]), float(ev.get("t1_us", ev["t0_us"]))
+        landed = ev.get("landed_after", ev.get("landed_before"))
+        colour = "#2a9d4b" if landed else "#c0392b"
+        what = "read" if ev["kind"] == "read" else f"{ev['kind']} {ev['a']}->{ev['b']}"
+        label = html.escape(f"{what} {ev.get('req_id', '')}".strip())
+        x = left + t0 * scale
+        parts.append(f'<text x="4" y="{y + 12}" font-size="12">{label}</text>')
+        w = max(2.0, (t1 - t0) * scale)
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row_h - 4}" '
+                     f'fill="{colour}"><title>{t0:.1f}-{t1:.1f} us</title></rect>')  # fmt: skip
+    h = 20 + len(events) * row_h
+    axis = f'<text x="{width - 80}" y="{h + 4}" font-size="11">{end:.1f} us</text>'
+    parts.append(f'<text x="{left}" y="{h + 4}" font-size="11">0 us</text>{axis}')
+    return f'<svg width="{width}" height="{h + 10}" role="img">{"".join(parts)}</svg>'
+
+
+def html_report(folder: Path) -> str:
+    """One self-contained page: the summary, the kinds, the worst step's timeline and reads."""
+    totals, reads = load(folder)
+    e = html.escape
+    body = [f"<h1>specrace watch: {e(str(folder))}</h1>", f"<p>{e(summary_line(totals))}</p>"]
+    kinds = Counter(r["kind"] for r in reads)
+    if kinds:
+        rows = "".join(f"<tr><td>{e(k)}</td><td>{n}</td></tr>" for k, n in kinds.most_common())
+        body.append(f"<h2>Wrong reads by hazard kind</h2><table><tr><th>kind</th>"
+                    f"<th>reads</th></tr>{rows}</table>")  # fmt: skip
+        step, n = Counter(r["step"] for r in reads).most_common(1)[0]
+        worst = [r for r in reads if r["step"] == step]
+        body.append(f"<h2>The worst step: {step} ({n} wrong reads)</h2><p>The counts' copy "
+                    f"landed {e(worst[0]['landed'])}: {e(worst[0]['kind'])}. Green: the copy "
+                    f"had landed after the op; red: still in flight.</p>")  # fmt: skip
+        body.append(_svg_timeline(worst[0].get("timeline", [])))
+        rows = "".join(f"<tr><td>{e(r['req_id'])}</td><td>{r['row']}</td><td>{r['consumed']}"
+                       f"</td><td>{r['true_count']}</td></tr>" for r in worst)  # fmt: skip
+        body.append(f"<table><tr><th>request</th><th>row</th><th>consumed</th><th>true</th>"
+                    f"</tr>{rows}</table>")  # fmt: skip
+    else:
+        body.append("<p>No wrong read was recorded.</p>")
+    style = "body{font-family:sans-serif;max-width:60em}td,th{padding:2px 8px;text-align:left}"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>specrace watch</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
