@@ -205,3 +205,55 @@ def test_a_runner_that_does_not_import_is_one_warning_not_a_crash(fake_vllm, mon
         plugin.register()
     assert plugin._loaded["state"] == "refused"
     assert [r.levelname for r in caplog.records] == ["WARNING"]
+
+
+def test_a_watch_that_cannot_arm_leaves_the_runner_running(fake_vllm, monkeypatch, caplog):
+    _vllm, cls = fake_vllm
+    monkeypatch.setenv("SPECRACE_WATCH", "1")
+    with caplog.at_level(logging.INFO, logger="vllm.specrace"):
+        plugin.register()
+        runner = cls()  # no input batch, no CUDA: the watch cannot arm
+        assert runner.execute_model(None) == "ran" and runner.execute_model(None) == "ran"
+    msgs = [r.getMessage() for r in caplog.records]
+    assert "watch armed" in msgs[0] and sum("not armed" in m for m in msgs) == 1
+
+
+class _Event:
+    def __init__(self) -> None:
+        self.done = False
+
+    def query(self) -> bool:
+        return self.done
+
+
+def test_drain_judges_landed_steps_only_and_never_waits(tmp_path):
+    torch = pytest.importorskip("torch")
+    from specrace.plugin.watch import RING, LiveWatch
+
+    w = LiveWatch.__new__(LiveWatch)  # the drain's state without a GPU
+    w.policy, w.version = get_policy("align"), "0.33.0"
+    w.cfg = plugin.Settings(watch=True, guard=None, out=str(tmp_path), every=2)
+    w.truth_ring = torch.zeros((RING, 4), dtype=torch.int32)
+    w.events = [_Event() for _ in range(RING)]
+    w.slot_step = [-1] * RING
+    w.judged = w.reads = w.wrong = w.skipped = 0
+    w.jsonl, w.summary = tmp_path / "wrong-reads-1.jsonl", tmp_path / "summary-1.json"
+    s0 = _step(0, [-1, -1], [1, 1]) | {"truth_n": 2, "t_read_end": 1}
+    # step 1 read before step 0's copy landed: both counts wrong
+    s1 = _step(1, [1, 0], [2, 3], landed_read=False) | {"truth_n": 2, "t_read_end": 1}
+    w.truth_ring[0, :2] = torch.tensor([2, 3])
+    w.slot_step[0], w.slot_step[1] = 0, 1
+    w.steps = [s0, s1]
+    w.drain()
+    assert w.judged == 0 and len(w.steps) == 2  # step 0's truth still in flight: no wait
+    w.events[0].done = True
+    w.drain()
+    assert (w.judged, w.reads, w.wrong) == (1, 2, 2) and w.steps == [s1]
+    lines = [json.loads(x) for x in w.jsonl.read_text().splitlines()]
+    got = [(x["row"], x["consumed"], x["true_count"], x["kind"]) for x in lines]
+    assert got == [(0, 2, 3, "unlanded"), (1, 3, 2, "unlanded")]
+    w.slot_step[1] = 1 + RING  # step 1's slot reused before it was judged: skipped
+    w.steps.append(_step(2, [0], [1]) | {"truth_n": 1, "t_read_end": 1})
+    w.drain()
+    assert w.skipped == 1 and w.judged == 1
+    assert json.loads(json.dumps(w.totals()))["wrong"] == 2
