@@ -306,8 +306,8 @@ def test_bad_points_are_one_clear_error() -> None:
     pol = POLICIES["synced-gather"]
     with pytest.raises(SpecraceError, match="at least one"):
         simulate_points(sched, [], pol, 0)
-    with pytest.raises(SpecraceError, match="jitter_frac"):
-        simulate_points(sched, [replace(MINIMAL.timing, jitter_frac=1.5)], pol, 0)
+    with pytest.raises(ValueError, match="jitter_frac"):  # refused when made (TimingParams)
+        replace(MINIMAL.timing, jitter_frac=1.5)
     zero = replace(MINIMAL.timing, gpu_sample_ns=0, dma_land_delay_ns=0)
     with pytest.raises(SpecraceError, match="both jitter to 0"):
         simulate_points(sched, [zero], pol, 0)
@@ -383,3 +383,11 @@ def test_sparse_nonzero_is_numpys_in_the_same_order() -> None:
         mask = rng.random(shape) < density
         got, want = _nonzero_2d(mask), np.nonzero(mask)
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_timing_is_checked_when_made_for_both_tiers() -> None:
+    """One check, TimingParams.check, at construction: the Python API cannot hand either tier
+    a timing the command line refuses (gpu_jitter_frac=5.0 once ran in both)."""
+    for bad in ({"gpu_jitter_frac": 5.0}, {"jitter_frac": 1.0}, {"dma_land_delay_ns": -1}):
+        with pytest.raises(ValueError, match="timing."):
+            TimingParams(**bad)

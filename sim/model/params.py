@@ -237,6 +237,9 @@ class TimingParams:
     # The GPU's durations' own jitter; -1: the same as jitter_frac (every actor alike).
     gpu_jitter_frac: float = -1.0
 
+    def __post_init__(self) -> None:
+        self.check()  # validated when made: the Python API runs no tier on invalid timing
+
     def check(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)

@@ -97,28 +97,6 @@ class _Means:
     def __getattr__(self, name: str) -> Any:  # the fields set in __init__, for the type checker
         raise AttributeError(name)
 
-    def check(self) -> None:
-        """TimingParams.check over every point at once (the rules the tiers rely on: no
-        negative duration, so ``astype`` truncates as ``int`` does; jitter below 100 %)."""
-        for f in dataclasses.fields(TimingParams):
-            if f.name == "gpu_jitter_frac":  # -1 means "as jitter_frac"
-                continue
-            bad = np.flatnonzero(np.atleast_1d(np.asarray(getattr(self, f.name))) < 0)
-            if bad.size:
-                raise SpecraceError(f"timing point {bad[0]}: timing.{f.name} must be >= 0")
-        frac = np.atleast_1d(np.asarray(self.jitter_frac))
-        if ((frac < 0) | (frac >= 1)).any():
-            raise SpecraceError(
-                f"timing point {np.flatnonzero((frac < 0) | (frac >= 1))[0]}: "
-                "timing.jitter_frac must be in [0, 1)"
-            )
-        prob = np.atleast_1d(np.asarray(self.worker_stall_prob))
-        if ((prob < 0) | (prob > 1)).any():
-            raise SpecraceError(
-                f"timing point {np.flatnonzero((prob < 0) | (prob > 1))[0]}: "
-                "timing.worker_stall_prob must be in [0, 1]"
-            )
-
     def jit(self, mean, u: float):
         """The jittered duration of every point: ``int(mean * factor)`` as in the SimPy tier."""
         if self.uniform_frac and not isinstance(mean, np.ndarray):
@@ -197,7 +175,6 @@ def simulate_points(
         raise SpecraceError("simulate_points: give n_steps with a step iterator")
     P = len(timings)
     m = _Means(timings)
-    m.check()
     async_sched = schedule.async_scheduling
     pol = policy if async_sched else SYNC_SCHEDULING
     lag = 2 if async_sched else 1
