@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from sim.model.params import Scenario
+from sim.model.verdict import HazardKind
 
 PICTURE = "hazard_summary.png"
 
@@ -19,9 +20,9 @@ LEGEND = (
     ("reads", "(step, request) consumptions of the previous step's accepted count"),
     ("cpu_wrong", "reads where the count the CPU built differs from the true count"),
     ("gpu_wrong", "reads where the GDN kernel consumed a wrong count (after the correction)"),
-    ("unlanded", "CPU-wrong: read before step N's copy landed"),
-    ("ownership", "CPU-wrong: the copy landed between a row write and the swap (#45100)"),
-    ("double-permute", "CPU-wrong: the copy landed before the row moves (#53919)"),
+    (HazardKind.UNLANDED, "CPU-wrong: read before step N's copy landed"),
+    (HazardKind.OWNERSHIP, "CPU-wrong: the copy landed between a row write and the swap (#45100)"),
+    (HazardKind.DOUBLE_PERMUTE, "CPU-wrong: the copy landed before the row moves (#53919)"),
     ("prompt_lost", "consumed wrong at a first speculative step: the prompt's state is lost"),
     ("corrupted_reqs", "distinct requests with at least one consumed wrong count"),
     ("step_ms", "mean time between forward starts, ms"),

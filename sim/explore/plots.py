@@ -29,6 +29,7 @@ from sim.explore.analysis import (
 )
 from sim.model.input_batch import RowOp
 from sim.model.policies import POLICIES
+from sim.model.verdict import HazardKind
 
 # Distinct marker + line style per policy, so policies with identical values stay visible.
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -348,7 +349,8 @@ def landing_outcome_plot(
     return fig
 
 
-HAZARD_COLORS = {"unlanded": "#1f77b4", "ownership": "#d62728", "double-permute": "#9467bd"}
+HAZARD_COLORS = {HazardKind.UNLANDED: "#1f77b4", HazardKind.OWNERSHIP: "#d62728",
+                 HazardKind.DOUBLE_PERMUTE: "#9467bd"}  # fmt: skip
 
 
 def hazard_summary(rows: pd.DataFrame, title: str = "") -> Figure:

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sim.model.verdict import HAZARD_KINDS as KINDS
 from sim.runs.stats import wilson
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PER = 10_000
-KINDS = ("unlanded", "ownership", "double-permute")
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px;
        padding: 0 1em; color: #1b1b1b; }

@@ -420,7 +420,9 @@ def check_run_tables(schedule, reads, trace, where: str) -> None:
             n, r = got["step"].iloc[i], got["row"].iloc[i]
             raise fail("reads.parquet", f"the read of step {n}, row {r} has {k} "
                        f"{got[k].iloc[i]}, the schedule {v[i]}")  # fmt: skip
-    kinds = set(reads["kind"].dropna().unique()) - {"", "unlanded", "ownership", "double-permute"}
+    from sim.model.verdict import KINDS
+
+    kinds = set(reads["kind"].dropna().unique()) - set(KINDS)
     if kinds or reads["kind"].isna().any():
         raise fail("reads.parquet", f"unknown hazard kind {sorted(kinds)[:1] or [None]}")
     if trace is None:
