@@ -187,3 +187,19 @@ def test_one_close_call_threshold_for_the_replay_and_vllm() -> None:
     expected = [False, True, True, False, False]
     assert [bool(is_close_call(m)) for m in margins] == expected
     assert is_close_call(pd.Series(margins)).tolist() == expected
+
+
+def test_consumed_wrong_is_the_one_judgement_of_a_measured_read() -> None:
+    """align's family is scored on the CPU value of every read, the others on the GPU value of
+    the rows that consume (gpu_check.vllm.agreement and export_v2 both ask this)."""
+    from sim.model.policies import POLICIES
+    from sim.model.verdict import consumed_wrong
+
+    cpu, gpu, true = np.array([4, 1, 2]), np.array([1, 3, 2]), np.array([1, 1, 2])
+    consumed = np.array([True, False, True])
+    assert consumed_wrong(POLICIES["align"], cpu, gpu, true, consumed).tolist() == [
+        True, False, False]  # fmt: skip
+    assert consumed_wrong(POLICIES["synced-gather"], cpu, gpu, true, consumed).tolist() == [
+        False, False, False]  # fmt: skip
+    assert consumed_wrong(POLICIES["mrv2"], cpu, gpu, true, ~consumed).tolist() == [
+        False, True, False]  # fmt: skip

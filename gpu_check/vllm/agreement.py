@@ -37,7 +37,7 @@ from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.schedule_io import read_schedule
-from sim.model.verdict import at_landing, is_close_call, seen_landing
+from sim.model.verdict import at_landing, consumed_wrong, is_close_call, seen_landing
 from sim.runs.io import atomic_write, atomic_write_text, read_parquet
 
 
@@ -110,10 +110,7 @@ def predict_reads(
         g["predicted_gpu"] = gpu0
         g["ambiguous"] = ambiguous
         g["agree"] = agree
-        if policy.consumes_cpu_value:
-            g["predicted_wrong"] = policy.cpu_wrong(cpu0, true)
-        else:
-            g["predicted_wrong"] = g["consumed"].to_numpy() & (gpu0 != true)
+        g["predicted_wrong"] = consumed_wrong(policy, cpu0, gpu0, true, g["consumed"].to_numpy())
         margin = int(t["margin_ns"])
         g["close_call"] = is_close_call(margin) and not bool(t["landed_at_update_states"])
         out.append(g)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.model.verdict import consumed_wrong
 from sim.runs.io import atomic_write, atomic_write_text
 
 READ_COLUMNS = {
@@ -108,7 +109,7 @@ def predict(reads: pd.DataFrame, raw: dict[str, Any]) -> tuple[pd.DataFrame, dic
     g = reads.copy()
     g["predicted"] = pred
     g["agree"] = pred == g["gpu_value"].to_numpy()
-    g["predicted_wrong"] = g["consumed"].to_numpy() & (pred != expected)
+    g["predicted_wrong"] = consumed_wrong(policy, ones, pred, expected, participating)
     g["ambiguous"] = False
     g["close_call"] = False  # MRv2 has no row ops for a landing to fall near
     g["scored_value"] = g["gpu_value"]

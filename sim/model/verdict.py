@@ -190,6 +190,15 @@ def judge(policy: Policy, cpu, true, participating: np.ndarray):
     return gpu, policy.cpu_wrong(cpu, true), np.asarray(gpu) != true
 
 
+def consumed_wrong(policy: Policy, cpu, gpu, true, consumed: np.ndarray) -> np.ndarray:
+    """Whether each read's consumed count is wrong: align's family restores the GDN state from
+    the CPU value itself (every read); the others consume the GPU value, on rows that consume
+    (what vLLM's measured runs are scored on, gpu_check.vllm.agreement and export_v2)."""
+    if policy.consumes_cpu_value:
+        return policy.cpu_wrong(cpu, true)
+    return np.asarray(consumed) & (np.asarray(gpu) != true)
+
+
 def prompt_state_lost(gpu_wrong, prev_drafts, gpu):
     """A wrong count at the first speculative step (no drafts at step N) restores the GDN
     state from a slot the prefill never wrote."""
