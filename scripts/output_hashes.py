@@ -16,7 +16,8 @@ the run marker without its command (it names the output folder) and the manifest
 rows of ``meta.json``. scripts/output_hashes.37bf5b4.txt is the list of main at 37bf5b4
 (before issue #21), made with numpy 2.3.5, pandas 3.1.1, pyarrow 26.0.1, Python 3.11.7; other
 library versions may write other Parquet bytes; output_hashes.3dffd10.txt is the list of main
-before issue #47 (every scenario), same versions.
+before issue #47 (every scenario), same versions; output_hashes.5c07adf.txt the list after
+#47's bug fixes, where only sim check's JSON moved (interleavings now counts every one).
 """
 
 from __future__ import annotations
