@@ -177,6 +177,8 @@ WRITERS: dict[str, Writer] = {
     "vllm-repeatability": Writer("gpu_check", "vllm-repeatability", lambda i, o: [
         "vllm-repeatability", str(VLLM / "forward-24" / "v0.33.0-k4-staggered"), "--out",
         str(o)], "into", kind="vllm-repeatability"),
+    "vllm-gauge": Writer("gpu_check", "vllm-gauge", lambda i, o: [
+        "vllm-gauge", str(VLLM / "v0.24.0"), "--out", str(o)], "into", kind="vllm-gauge"),
     "vllm-ab": Writer("gpu_check", "vllm-ab", lambda i, o: [
         "vllm-ab", str(VLLM / "ab"), str(VLLM / "fixes"), "--out", str(o)], "file",
         suffix=".json"),
