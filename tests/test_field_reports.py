@@ -17,8 +17,8 @@ from sim.resolve.field_reports import (
     summary_rows,
     verdict,
 )
+from sim.resolve.rates import RateEstimate
 from sim.resolve.resolution import VllmSetup, resolve
-from sim.resolve.risk import RateEstimate
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "field_reports"
 

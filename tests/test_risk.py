@@ -15,8 +15,9 @@ from sim.errors import SpecraceError
 from sim.model.params import load_scenario
 from sim.resolve.check import check_policy, check_scenario_policy
 from sim.resolve.presets import PRESETS, get_preset
+from sim.resolve.rates import simulate_rates, wilson
 from sim.resolve.resolution import VllmSetup, resolve
-from sim.resolve.risk import assess, build_scenario, wilson
+from sim.resolve.risk import assess, build_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 # qwen35-mtp3's own GPU timing: the balanced regime, where the race happens.
@@ -200,22 +201,23 @@ def test_estimates_share_the_schedules_they_have_in_common(monkeypatch) -> None:
     """A schedule is timing-free: the base and the mitigations that keep the engine and the
     workload (model runner V2 here) run on the same schedules, built once per seed; the same
     estimates as each one simulated on its own."""
+    import sim.resolve.rates as rates
     import sim.resolve.risk as risk
 
     built: list[tuple] = []
-    real = risk.build_schedule
+    real = rates.build_schedule
 
     def counting(sc, seed, steps):
         built.append((sc.engine, sc.workload, seed, steps))
         return real(sc, seed, steps)
 
-    monkeypatch.setattr(risk, "build_schedule", counting)
+    monkeypatch.setattr(rates, "build_schedule", counting)
     shared = assess(VllmSetup(vllm="0.28.0"), seeds=2, steps=60)
     assert len(built) == len(set(built))  # nothing built twice
     estimates = 1 + sum(m.estimate is not None for m in shared.mitigations)
     assert len(built) < 2 * estimates  # some estimate ran on schedules it did not build
     base = risk.resolve(VllmSetup(vllm="0.28.0"))
-    alone = risk.simulate_rates(risk.build_scenario(base), risk.policy_object(base.policy), 2, 60)
+    alone = simulate_rates(risk.build_scenario(base), risk.policy_object(base.policy), 2, 60)
     assert alone == shared.estimate  # without a cache: on schedules of its own
 
 

@@ -46,7 +46,7 @@ from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
 from sim.model.simulate import simulate
 from sim.model.trace import UPDATE_STATES
-from sim.resolve.risk import wilson
+from sim.resolve.rates import wilson
 from sim.runs.io import atomic_write_text, write_json
 
 SEEDS = 5

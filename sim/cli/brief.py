@@ -78,7 +78,7 @@ def write_picture(folder: Path, summaries: list[dict], schedule, title: str) -> 
     from sim.cli.explore import save_figure
     from sim.explore.plots import hazard_summary
     from sim.explore.report import verdict_rows
-    from sim.resolve.risk import generations
+    from sim.resolve.rates import generations
     from sim.runs.io import atomic_write
 
     fig = hazard_summary(pd.DataFrame(verdict_rows(summaries, generations(schedule))), title)

@@ -19,8 +19,8 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     from sim.explore.plots import hazard_summary
     from sim.model.params import builtin_scenarios, load_scenario, scenario_from_dict
     from sim.resolve.check import setup_for_engine
+    from sim.resolve.rates import generations
     from sim.resolve.resolution import resolve
-    from sim.resolve.risk import generations
 
     runs = run_dirs(src)
     has_trace = _has_trace(runs)

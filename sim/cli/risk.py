@@ -19,7 +19,8 @@ from sim.runs.args import budget_arg, int_in
 from sim.runs.limits import MAX_STEPS
 
 if TYPE_CHECKING:  # the simulation (pandas, SimPy) loads only when the command runs
-    from sim.resolve.risk import RateEstimate, RiskReport
+    from sim.resolve.rates import RateEstimate
+    from sim.resolve.risk import RiskReport
 
 
 def parse_spec(text: str) -> tuple[str, int]:

@@ -20,15 +20,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from sim.model.policies import NO_SPEC, POLICIES
+from sim.resolve.rates import RateEstimate, simulate_rates, wilson
 from sim.resolve.resolution import VllmSetup, resolve
-from sim.resolve.risk import (
-    BALANCED_GPU,
-    RateEstimate,
-    assess,
-    build_scenario,
-    simulate_rates,
-    wilson,
-)
+from sim.resolve.risk import BALANCED_GPU, assess, build_scenario
 
 TIMINGS = {"roofline": {}, "balanced": BALANCED_GPU}
 NOT_REPORTED = -2  # Arm.corrupted: no report on this release; the row is a prediction only

@@ -38,8 +38,8 @@ from sim.model.policies import Policy
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
 
-if TYPE_CHECKING:  # risk imports this module
-    from sim.resolve.risk import RateEstimate
+if TYPE_CHECKING:
+    from sim.resolve.rates import RateEstimate
 
 # Host factors of the plausible range and of the picture (the plausible ones among them).
 PLAUSIBLE = (0.75, 3.0)
@@ -76,7 +76,7 @@ def factor_of_gauge(gauge_ms: float, t: TimingParams) -> float:
 
 
 def _band_unit(unit: tuple) -> list[Any]:
-    from sim.resolve.risk import SeedTally, generations
+    from sim.resolve.rates import SeedTally, generations
 
     seed, steps, scenario, policy, timings = unit
     sched = build_schedule(scenario, seed, steps)
@@ -155,7 +155,7 @@ def host_band(scenario: Scenario, policy: Policy, seeds: int, steps: int, worker
     """Simulate the configuration at every factor of :data:`FACTORS`, with the GPU out of the
     way, and at the user's gauge, in one vector-tier call per seed (the runs on ``workers``
     processes; the same band whatever the number)."""
-    from sim.resolve.risk import pool
+    from sim.resolve.rates import pool
     from sim.runs.processes import map_units
 
     t = scenario.timing
