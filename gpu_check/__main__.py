@@ -567,7 +567,7 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
 def cmd_vllm_gauge(args: argparse.Namespace) -> str:
     from pathlib import Path
 
-    from gpu_check.vllm.gauge import write_gauge
+    from gpu_check.vllm.gauge_evidence import write_gauge
 
     out = _out_dir(args.out, "vllm-gauge")
     doc = _vllm_input(write_gauge, [Path(r) for r in args.runs], out, what=" ".join(args.runs))

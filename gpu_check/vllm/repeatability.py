@@ -33,6 +33,7 @@ import pandas as pd
 
 from gpu_check.vllm.config import run_config_of
 from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.gauge import sample_tokens_ms
 from gpu_check.vllm.outcome import LANDING, judge, observed
 from sim.errors import SpecraceError
 from sim.runs.io import atomic_write_text, write_json
@@ -79,16 +80,6 @@ def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
                 continue
             groups.setdefault(pass_key(raw), {})[folder] = sample_tokens_ms(raw)
     return {k: dict(sorted(v.items())) for k, v in groups.items()}
-
-
-def sample_tokens_ms(raw: dict[str, Any]) -> float:
-    """The pass's host speed: the median sample_tokens host span (prepare_inputs end -> counts
-    D2H issued) over its decode-only steps, ms, the span ``worker_sample_tokens_ns`` is
-    calibrated from: :mod:`gpu_check.vllm.gauge`, the one definition."""
-    from gpu_check.vllm.gauge import sample_spans_ns
-
-    spans = sample_spans_ns([s for s in raw["steps"] if "req_ids" in s])
-    return round(float(np.median(spans)) / 1e6, 3)
 
 
 def _prediction(obs: dict[str, Any]) -> dict[str, Any]:

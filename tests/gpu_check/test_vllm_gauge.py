@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gpu_check.vllm.calibrate import step_spans
 from gpu_check.vllm.export import load_raw
-from gpu_check.vllm.gauge import GAUGE_KEYS, gauge_evidence, gauge_rows, host_gauge
-from gpu_check.vllm.repeatability import sample_tokens_ms
+from gpu_check.vllm.gauge import GAUGE_KEYS, host_gauge, sample_tokens_ms
+from gpu_check.vllm.gauge_evidence import gauge_evidence, gauge_rows
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 
