@@ -153,7 +153,7 @@ class Policy:
     build: CpuBuilder
     consume: GpuConsumer
     dma_into_private: bool = False  # #51599: the D2H targets the runner-private buffer
-    # A fix, documented safe for every interleaving (README "sim check", ARCHITECTURE.md):
+    # A fix, documented safe for every interleaving (docs/check.md):
     # ``sim check`` exits non-zero where one fails.
     documented_safe: bool = False
 
