@@ -290,19 +290,32 @@ def test_ctrl_c_of_a_real_sim_process(tmp_path: Path) -> None:
 
 # -- kills before a rename: resume and --force remove what they left, and only that ----------------
 def test_stale_temporaries_are_removed_only_if_they_carry_the_marker(tmp_path: Path) -> None:
-    from sim.runs.outputs import write_marker
+    """What a kill leaves is removed when its marker proves it: a run folder being written
+    whose every file is listed (a temporary, a finished file), an old output a replace moved
+    aside whose marker names that very aside. A user's folder of the same name form is kept:
+    unmarked, marked but not named an aside (their ``mv run .run.20241206.old``), or holding a
+    file nobody listed (their notes put into a killed run's folder)."""
+    from sim.runs.outputs import _name_aside, record, write_marker
 
     out = tmp_path / "run"
     stale = [tmp_path / ".run.k1ll3d_x.tmp", tmp_path / ".run.abcdefgh.old"]
     for d in stale:  # a run folder killed while written; one a replace had moved aside
         d.mkdir()
     write_marker(stale[0], "run", writing=True)
-    (stale[0] / "reads.parquet").write_text("half")
+    record(stale[0], ".reads.parquet.0a1b2c3d.tmp", temp=True)
+    (stale[0] / ".reads.parquet.0a1b2c3d.tmp").write_text("half")
     write_marker(stale[1], "run")
+    _name_aside(stale[1], stale[1].name)
     users = [tmp_path / ".run.20241205.old", tmp_path / ".run.abcdefgh.tmp"]  # named like ours
     for d in users:
         d.mkdir()
         (d / "thesis.txt").write_text("mine")
+    backup, notes = tmp_path / ".run.20241206.old", tmp_path / ".run.n0tes_xx.tmp"
+    for d in (backup, notes):
+        d.mkdir()
+    write_marker(backup, "run")  # a marked output the user moved there: no aside recorded
+    write_marker(notes, "run", writing=True)
+    (notes / "thesis.txt").write_text("mine")  # the user's, in a killed run's folder
     others = [tmp_path / ".run.notes", tmp_path / ".other.abcdefgh.tmp", tmp_path / "keep.tmp"]
     for p in others:
         p.write_text("not ours")
@@ -310,7 +323,8 @@ def test_stale_temporaries_are_removed_only_if_they_carry_the_marker(tmp_path: P
     argv = ["run", "--scenario", "minimal-race", "--policy", "align", "--no-trace"]
     assert run_cli([*argv, "--out", str(out)])[0] == 0
     assert not any(p.exists() for p in stale) and all(p.exists() for p in others)
-    assert all((d / "thesis.txt").read_text() == "mine" for d in users)
+    assert all((d / "thesis.txt").read_text() == "mine" for d in (*users, notes))
+    assert backup.is_dir() and (backup / ".specrace-run.json").is_file()
     assert (tmp_path / ".run.symlink.tmp").is_symlink()
     stale[0].mkdir()
     write_marker(stale[0], "run", writing=True)

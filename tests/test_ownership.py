@@ -17,8 +17,7 @@ then meets each planted shape (:data:`DIR_SHAPES`, :data:`FILE_SHAPES`), with an
 command runs: the command refuses at the end, leaves its finished output beside it (``.new-``
 in the name, named in the message), and the user's file is as they wrote it.
 
-Known data loss is held as strict xfails (:data:`KNOWN`): a user's folder beside ``--out``
-whose name has our temporaries' form is removed by the next run's clean-up.
+Known data loss would be held as strict xfails (:data:`KNOWN`, empty today).
 
 Kept fast (under a minute on 2 cores with ``-n 2``): minimal-race, 4 steps, one worker, no
 trace; the inputs a writer reads are made once per process (:func:`inputs`).
@@ -374,26 +373,11 @@ FILE_SHAPES = ["user-file", "matplotlib-png", "edited-ours", "folder-at-path", "
 NOT_APPLICABLE = {
     ("vllm-export DIR", "data-copy"): "the copy of a committed run folder is its input",
 }  # fmt: skip
-# Cases that show data loss or a traceback in the product today: (writer, shape, force) -> why.
-# Every writer of a folder whole (sim.runs.io.fresh_output_dir) ends with remove_stale(), which
-# removes what it takes for a killed run's leftovers beside --out:
-BACKUP_LOST = (
-    "data loss: the user's backup `mv o .o.20241205.old` of an earlier output is deleted by the "
-    "next run's remove_stale (sim/runs/outputs.py): its name has our temporaries' form "
-    "(TEMP_NAME, 8 chars + .old) and its files are all proved, so it is taken for a leftover"
-)
-NOTES_LOST = (
-    "data loss: the user's thesis.txt inside `.o.k1lled00.tmp` (a killed run's folder, marker "
-    "'writing': true) is deleted by remove_stale: _stale_dir_is_ours trusts 'writing' and skips "
-    "the foreign-file check"
-)
-KNOWN: dict[tuple[str, str, bool], str] = {
-    (name, shape, force): why
-    for name in ("run", "run --stream", "schedule", "replay", "vllm-export")
-    for shape, why in (("backup-aside", BACKUP_LOST), ("killed-temp-with-notes", NOTES_LOST))
-    for force in (False, True)
-    if force is False or WRITERS[name].force
-}
+# Cases that show data loss or a traceback in the product today: (writer, shape, force) -> why,
+# held as strict xfails. None today: the user's `mv o .o.20241205.old` and notes left inside a
+# killed run's `.o.k1lled00.tmp` were lost until remove_stale asked each folder's marker to name
+# it (an aside) and every file in it to be listed (sim.runs.outputs._stale_dir_is_ours).
+KNOWN: dict[tuple[str, str, bool], str] = {}
 
 
 def _cases() -> list:

@@ -36,14 +36,14 @@ def atomic_write(
     In a marked output folder the file is listed in its manifest; a file already at ``path`` is
     replaced only if specrace can prove it wrote it, checked at the moment of replacing
     (``sim.runs.outputs.install_file``)."""
-    from sim.runs.outputs import home, install_file, marker, record, sha256
+    from sim.runs.outputs import home, install_file, record, sha256
 
     if not checked:
         check_out_path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         folder = home(path.parent)
-        listed = folder is not None and not (marker(folder) or {}).get("writing")
+        listed = folder is not None
         tmp = _new_temp(path, folder if listed else None)
     except OSError as e:
         raise SpecraceError(f"cannot write {path}: {e.strerror}") from None

@@ -485,14 +485,29 @@ def aside_name(path: Path, suffix: str = "old") -> Path:
 def install_dir(tmp: Path, path: Path, kind: str, *, force: bool, flag: str = "--out") -> None:
     """Put the finished folder ``tmp`` at ``path``, checking again what is there now: nothing,
     an empty folder, or (with ``force``) specrace's ``kind`` output with nothing foreign in it.
-    Otherwise the finished output is left beside it, named in the one-line refusal."""
+    Otherwise the finished output is left beside it, named in the one-line refusal.
+
+    An old output is first moved aside under a new hidden name, which its marker records
+    (``"aside"``) before the move: :func:`remove_stale` removes a folder of that form only when
+    its own marker names it so, never a user's ``mv o .o.20241205.old``."""
     try:
         rename_noreplace(tmp, path)
         return
     except FileExistsError:
         pass
+    try:
+        os.rmdir(path)  # an empty folder: removed only while it is empty
+        return install_dir(tmp, path, kind, force=force, flag=flag)
+    except FileNotFoundError:
+        return install_dir(tmp, path, kind, force=force, flag=flag)
+    except OSError:
+        pass
+    why = _why_not_replaceable(path, kind, force)
+    if why:
+        raise _left_beside(tmp, path, flag, why)
     aside = aside_name(path)
     try:
+        _name_aside(path, aside.name)
         os.rename(path, aside)
     except FileNotFoundError:  # gone meanwhile
         return install_dir(tmp, path, kind, force=force, flag=flag)
@@ -512,6 +527,15 @@ def install_dir(tmp: Path, path: Path, kind: str, *, force: bool, flag: str = "-
         raise _left_beside(tmp, path, flag, f"a new {path.name} appeared meanwhile; the old "
                            f"output is at {aside}") from None  # fmt: skip
     remove_owned_dir(aside)
+
+
+def _name_aside(folder: Path, name: str) -> None:
+    """Record in ``folder``'s marker (specrace's own file) the name it is about to be moved to."""
+    doc = marker(folder)
+    if doc is None:
+        raise OSError(errno.EPERM, "its marker changed", str(folder))
+    doc["aside"] = name
+    _write_small(folder / MARKER, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def _why_not_replaceable(folder: Path, kind: str, force: bool) -> str:
@@ -624,11 +648,17 @@ def remove_stale(folder: Path, name: str | None = None) -> list[Path]:
 
 
 def _stale_dir_is_ours(p: Path) -> bool:
-    """A run folder a kill left while it was written (its random name made by this process's
-    mkdtemp and marked at once: every file in it is ours), or one a replace moved aside that
-    holds nothing specrace did not write."""
+    """A folder a kill left: a run being written (``.tmp``, marked at once, every file written
+    into it listed as it was written) or an old output a replace moved aside (``.old``, whose
+    marker recorded that very name before the move), holding nothing specrace cannot prove it
+    wrote. A user's folder of the same form is neither: its marker does not name it, or a file
+    in it is not listed."""
     doc = marker(p)
-    return doc is not None and (doc.get("writing") is True or not foreign_files(p))
+    if doc is None:
+        return False
+    if p.name.endswith(".old") and doc.get("aside") != p.name:
+        return False
+    return not foreign_files(p)
 
 
 # -- files ------------------------------------------------------------------------------------
