@@ -533,6 +533,24 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
     return render(args.table_format, rows, text)
 
 
+def _plan_dir(text: str):
+    """vllm-plan's ``--out``: a new or empty folder (a pre-registration is one file in a folder
+    of its own, which vllm-outcome later joins), checked before any work."""
+    from pathlib import Path
+
+    from sim.errors import SpecraceError
+    from sim.runs.outputs import check_path
+
+    try:
+        path = check_path(text)
+    except SpecraceError as e:
+        raise UsageError(str(e)) from None
+    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+        raise UsageError(f"--out {text} exists and is not an empty folder: a pre-registration "
+                         "goes into a new folder")  # fmt: skip
+    return Path(path)
+
+
 def cmd_vllm_plan(args: argparse.Namespace) -> str:
     import shlex
     from pathlib import Path
@@ -546,7 +564,8 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
         arms, runs = _check_input(arms_from_grid, Path(args.grid))
     else:
         arms, runs = _check_input(arms_from_args, args), None
-    doc = _vllm_input(plan, arms, Path(args.out), command, args.seeds, args.k, runs)
+    out = _plan_dir(args.out)
+    doc = _vllm_input(plan, arms, out, command, args.seeds, args.k, runs)
     return render(args.table_format, doc["configs"], lambda: summary_text(doc))
 
 
@@ -554,12 +573,17 @@ def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     from pathlib import Path
 
     from gpu_check.vllm.outcome import outcome, outcome_text
+    from sim.runs.outputs import proved_file
 
     runs = [Path(r) for r in args.runs]
     prereg = Path(args.prereg)
-    if (prereg / "outcome.json").exists() and not args.force:  # before judging
-        raise UsageError(f"{prereg}/outcome.json exists: --force replaces it (only an outcome "
-                         "vllm-outcome wrote and nobody changed)")  # fmt: skip
+    if os.path.lexists(prereg / "outcome.json"):  # before judging
+        if not args.force:
+            raise UsageError(f"{prereg}/outcome.json exists: --force replaces it (only an "
+                             "outcome vllm-outcome wrote and nobody changed)")  # fmt: skip
+        if not proved_file(prereg / "outcome.json"):
+            raise UsageError(f"{prereg}/outcome.json exists and specrace cannot prove it wrote "
+                             "it: --force replaces only its own; move it away")  # fmt: skip
     doc = _vllm_input(outcome, prereg, runs, args.partial, what=args.prereg)
     return render(args.table_format, doc["results"], lambda: outcome_text(doc))
 

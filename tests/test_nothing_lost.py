@@ -381,3 +381,36 @@ def test_every_schedule_specrace_or_vllm_wrote_means_what_it_says() -> None:
 def test_vllm_compare_of_a_missing_or_empty_folder(tmp_path: Path) -> None:
     refused(["vllm-compare", str(tmp_path / "nope")], "does not exist", prog=gpu_main)
     refused(["vllm-compare", str(tmp_path)], "no exported run", prog=gpu_main)
+
+
+# -- an empty --out, a pre-registration's folder, an outcome someone else wrote --------------------
+PLAN = ["vllm-plan", "--vllm", "0.24.0", "--modes", "align", "--configs", "16:0",
+        "--num-requests", "16", "--seeds", "1"]  # fmt: skip
+
+
+def test_an_empty_out_is_refused_not_taken_for_the_working_directory(tmp_path: Path) -> None:
+    """``--out ""`` once wrote predictions.json (vllm-plan) or three tables (field-reports) into
+    the working directory: it names no folder, so it is one line and nothing written."""
+    for prog, argv in ((gpu_main, PLAN), (main, ["field-reports", "--only", "vllm#35288"])):
+        code, err = run_cli([*argv, "--out", ""], prog, cwd=tmp_path)
+        assert code == 2 and "--out is empty" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plan_goes_into_a_new_folder_never_among_a_users_files(tmp_path: Path) -> None:
+    mine = user_folder(tmp_path)
+    before = snapshot(mine)
+    code, err = run_cli([*PLAN, "--out", str(mine)], gpu_main, cwd=ROOT)
+    assert code == 2 and "not an empty folder" in err, err
+    assert snapshot(mine) == before and not (mine / "predictions.json").exists()
+
+
+def test_outcome_force_refuses_an_outcome_it_did_not_write_before_judging(tmp_path: Path) -> None:
+    prereg = tmp_path / "prereg"
+    prereg.mkdir()
+    shutil.copy(ROOT / "data/vllm/preregistered/ab-45100/predictions.json", prereg)
+    (prereg / "outcome.json").write_text('{"mine": 1}')
+    argv = ["vllm-outcome", str(prereg), "--runs", str(tmp_path / "no-runs-here"), "--force"]
+    code, err = run_cli(argv, gpu_main, cwd=ROOT)  # refused before it looks for the runs
+    assert code == 2 and "cannot prove it wrote" in err, err
+    assert (prereg / "outcome.json").read_text() == '{"mine": 1}'

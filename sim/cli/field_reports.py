@@ -30,7 +30,7 @@ def cmd_field_reports(args: argparse.Namespace) -> int:
     check_budget(f"field-reports of {len(arms)} arms" + (f" x {args.seeds:,} seeds" if args.seeds
                  else ""), sum(runs_s(a.seeds, a.steps, a.setup.max_num_seqs) for a in arms),
                  args.budget, "fewer --seeds, or --only one report")  # fmt: skip
-    out = prepare_dir(Path(args.out), "field-reports", replace=False)
+    out = prepare_dir(args.out, "field-reports", replace=False)
     rows = run_all(arms)
     claim_dir(out, "field-reports")
     write_json(out / "raw.json", rows)
