@@ -12,7 +12,7 @@ from pathlib import Path
 from sim.cli.guards import BUDGET_H, check_budget, check_search_s
 from sim.errors import SpecraceError
 from sim.runs import tables
-from sim.runs.args import budget_arg, int_in, step_index_arg
+from sim.runs.args import budget_arg, file_arg, int_in, step_index_arg
 
 
 def register(sub) -> None:
@@ -34,7 +34,7 @@ def register(sub) -> None:
                    "the search pays for it; 1: this process); the same result on any "
                    "number")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print the JSON result")
-    c.add_argument("--out", default="", help="also write the JSON result to this file")
+    c.add_argument("--out", type=file_arg, help="also write the JSON result to this file")
     tables.add_format_arg(c, "the verdict per policy")
     c.set_defaults(func=cmd_check)
     s = sub.add_parser("shrink", help="a wrong read of a run -> a minimal scripted scenario TOML")
@@ -42,7 +42,7 @@ def register(sub) -> None:
     s.add_argument("--step", type=step_index_arg, required=True,
                    help="the step of the wrong read")  # fmt: skip
     s.add_argument("--req", required=True, help="the request that read wrong")
-    s.add_argument("--out", default="", help="TOML path (default: RUN/shrunk-STEP-REQ.toml)")
+    s.add_argument("--out", type=file_arg, help="TOML path (default: RUN/shrunk-STEP-REQ.toml)")
     s.set_defaults(func=cmd_shrink)
 
 

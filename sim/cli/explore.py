@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sim.errors import SpecraceError
 from sim.model.policies import ALL, POLICIES, select
-from sim.runs.args import int_in, step_index_arg, steps_arg
+from sim.runs.args import file_arg, int_in, step_index_arg, steps_arg
 from sim.runs.io import (
     atomic_write,
     atomic_write_text,
@@ -340,7 +340,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--req", default="", help="replay table: the request to draw")
     pl.add_argument("--step", type=step_index_arg, default=None, help="replay table: its step")
     pl.add_argument("--scenario", default="", help="replay table: names the landing positions")
-    pl.add_argument("--out", default="", help="PNG path (default: inside DIR)")
+    pl.add_argument("--out", type=file_arg, help="PNG path (default: inside DIR)")
     pl.add_argument("--svg", action="store_true", help="also write an SVG")
     pl.set_defaults(func=cmd_plot)
     pf = sub.add_parser("perfetto", help="trace.parquet -> trace.perfetto.json")
@@ -353,5 +353,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="default: the first wrong read")  # fmt: skip
     t.add_argument("--req", default="", help="request id (default: the first wrong one)")
     t.add_argument("--policy", default="", help="one policy of a --policy all run")
-    t.add_argument("--out", default="", help="path without suffix (writes .png and .svg)")
+    t.add_argument("--out", type=file_arg, help="path without suffix (writes .png and .svg)")
     t.set_defaults(func=cmd_timeline)

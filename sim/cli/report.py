@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import SpecraceError
+from sim.runs.args import file_arg
 
 
 def run_report(src: Path, prog: str = "python -m sim") -> str:
@@ -177,5 +178,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="a run -> one self-contained HTML page (verdicts, timeline, rules)"
     )
     r.add_argument("run", help="a run directory (python -m sim run --out DIR; also --policy all)")
-    r.add_argument("--out", default="", help="HTML path (default: RUN/report.html)")
+    r.add_argument("--out", type=file_arg, help="HTML path (default: RUN/report.html)")
     r.set_defaults(func=cmd_report)

@@ -15,7 +15,7 @@ from sim.resolve.presets import PRESETS
 from sim.resolve.release_facts import RELEASES
 from sim.resolve.resolution import VllmSetup
 from sim.runs import tables
-from sim.runs.args import budget_arg, int_in
+from sim.runs.args import budget_arg, file_arg, int_in
 from sim.runs.limits import MAX_STEPS
 
 if TYPE_CHECKING:  # the simulation (pandas, SimPy) loads only when the command runs
@@ -344,6 +344,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="timing tier: vector (NumPy) or simpy (the reference)")  # fmt: skip
     r.add_argument("--json", action="store_true", help="last line: the report as JSON")
     tables.add_format_arg(r, "the mitigations table")
-    r.add_argument("--report", default="", metavar="FILE",
+    r.add_argument("--report", type=file_arg, metavar="FILE",
                    help="also write the assessment as one self-contained HTML page")  # fmt: skip
     r.set_defaults(func=cmd_risk, risk_parser=r)

@@ -42,3 +42,11 @@ def budget_arg(text: str) -> float:
 
 
 step_index_arg = int_in(0, MAX_STEPS - 1, f"0..{MAX_STEPS - 1:,}")  # --step: one engine step
+
+
+def file_arg(text: str) -> str:
+    """An optional output file's path, given: an empty one names nothing (and is not taken for
+    the flag's default place)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a file")
+    return text
