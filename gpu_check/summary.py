@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
 def _load(d: Path, name: str) -> dict:
     path = d / name
+    from sim.errors import SpecraceError
+    from sim.runs.io import read_json
+
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path} not found") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is truncated or not JSON: {exc.msg}") from None
+        return read_json(path, "GPU result")
+    except SpecraceError as e:
+        raise ValueError(str(e)) from None
 
 
 def summary_markdown(d: Path) -> str:

@@ -364,3 +364,18 @@ def test_out_with_a_byte_that_is_not_utf8_is_one_line(tmp_path: Path, name: str)
                        errors="backslashreplace", timeout=limit_s(120))  # fmt: skip
     one_line(r.returncode, r.stderr, "--out o\\xff", "UTF-8")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_in_an_exported_run_is_one_line(tmp_path: Path) -> None:
+    """vllm-compare reads the export's tables and its export.json: a FIFO in place of either is
+    one line naming it, not a wait (sim.runs.io.read_json and read_parquet go through
+    sim.runs.inputs)."""
+    import shutil
+
+    for name in ("export.json", "steps_vllm.parquet"):
+        run = tmp_path / name.replace(".", "-") / "align_s16_d0ms"
+        shutil.copytree(VLLM / "v0.23.0" / "align_s16_d0ms", run)
+        (run / name).unlink()
+        with fifo(run / name) as path:
+            one_line(*run_cli(["vllm-compare", str(run)], gpu_main),
+                     f"{path} is not a regular file (a FIFO)")  # fmt: skip

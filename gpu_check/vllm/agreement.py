@@ -38,7 +38,7 @@ from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.schedule_io import read_schedule
 from sim.model.verdict import at_landing, consumed_wrong, is_close_call, seen_landing
-from sim.runs.io import atomic_write, atomic_write_text, read_parquet
+from sim.runs.io import atomic_write, atomic_write_text, read_json, read_parquet
 
 
 def policy_for(mode: str, vllm_version: str, runner: str = "v1") -> Policy:
@@ -157,12 +157,9 @@ def compare_dir(folder: Path) -> dict[str, Any]:
     schedule = read_schedule(folder / "schedule.json")
     steps = read_parquet(folder / "steps_vllm.parquet", "vLLM step table")
     reads = read_parquet(folder / "observed_vllm.parquet", "vLLM reads")
-    try:
-        meta = json.loads((folder / "export.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        raise SpecraceError(
-            f"{folder}/export.json missing or unreadable (run vllm-export)"
-        ) from None
+    meta = read_json(folder / "export.json", "vllm-export's export.json (run vllm-export)")
+    if not isinstance(meta, dict) or "mode" not in meta:
+        raise SpecraceError(f"{folder}/export.json: not vllm-export's export.json")
     policy = policy_for(meta["mode"], meta.get("vllm_version", ""), meta.get("runner", "v1"))
     if meta.get("patch", "none") != "none":  # a vllm-run --patch arm: the policy of its fix
         from gpu_check.vllm.patches import PATCHES

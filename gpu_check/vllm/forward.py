@@ -47,7 +47,7 @@ from sim.model.scheduling import build_schedule
 from sim.model.simulate import simulate
 from sim.model.trace import UPDATE_STATES
 from sim.resolve.rates import wilson
-from sim.runs.io import atomic_write_text, write_json
+from sim.runs.io import atomic_write_text, read_json, write_json
 
 SEEDS = 5
 MAX_STEPS = 2000
@@ -121,8 +121,8 @@ def align_block_size(c: Measured) -> int:
     committed run)."""
     path = c.folder.parent / "summary.json"
     try:
-        block = json.loads(path.read_text())["modes"]["align"]["resolved"]["block_size"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        block = read_json(path, "vllm-run summary")["modes"]["align"]["resolved"]["block_size"]
+    except (KeyError, TypeError) as e:
         raise SpecraceError(f"{path}: no align block_size recorded ({e})") from None
     if not isinstance(block, int) or block <= 0:
         raise SpecraceError(f"{path}: align block_size {block!r} is not a positive integer")

@@ -110,16 +110,13 @@ def write_json(path: Path, obj: Any, checked: bool = False, sign: bool = False) 
 
 
 def read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecraceError(f"{what} not found: {path}") from None
-    except UnicodeDecodeError:
-        raise SpecraceError(f"{what} {path} is not JSON text (binary)") from None
-    except RecursionError:
-        raise SpecraceError(f"{what} {path} is nested too deep to be ours") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise SpecraceError(f"{what} {path} is unreadable or truncated: {e}") from None
+    """A JSON file specrace reads back (a sweep's spec, a run's meta): one line naming it when
+    it is missing, not a regular file (a FIFO is refused, not waited on), binary, truncated or
+    not JSON (:func:`sim.runs.inputs.read_json`)."""
+    from sim.runs.inputs import META_MAX
+    from sim.runs.inputs import read_json as read_input
+
+    return read_input(path, what, META_MAX)
 
 
 def _umask() -> int:
@@ -193,8 +190,9 @@ def read_parquet(path: Path, what: str, schema: dict[str, str] | None = None):
     ``schema``: column -> int | bool | string | float) not the table the command expects."""
     import pandas as pd
 
-    if not path.is_file():
-        raise SpecraceError(f"{what} not found: {path}")
+    from sim.runs.inputs import regular_file
+
+    regular_file(path, what)  # a FIFO or a folder is one line, not a wait or a pyarrow error
     try:
         df = pd.read_parquet(path)
     except Exception as e:  # pyarrow raises several types for a damaged file
