@@ -533,29 +533,11 @@ def cmd_vllm_forward(args: argparse.Namespace) -> str:
     return render(args.table_format, rows, text)
 
 
-def _plan_dir(text: str):
-    """vllm-plan's ``--out``: a new or empty folder (a pre-registration is one file in a folder
-    of its own, which vllm-outcome later joins), checked before any work."""
-    from pathlib import Path
-
-    from sim.errors import SpecraceError
-    from sim.runs.outputs import check_path
-
-    try:
-        path = check_path(text)
-    except SpecraceError as e:
-        raise UsageError(str(e)) from None
-    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
-        raise UsageError(f"--out {text} exists and is not an empty folder: a pre-registration "
-                         "goes into a new folder")  # fmt: skip
-    return Path(path)
-
-
 def cmd_vllm_plan(args: argparse.Namespace) -> str:
     import shlex
     from pathlib import Path
 
-    from gpu_check.vllm.plan import arms_from_args, arms_from_grid, plan, summary_text
+    from gpu_check.vllm.plan import arms_from_args, arms_from_grid, plan, plan_dir, summary_text
 
     command = "python -m gpu_check " + shlex.join(args.argv)
     if bool(args.grid) == bool(args.vllm):
@@ -564,7 +546,7 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
         arms, runs = _check_input(arms_from_grid, Path(args.grid))
     else:
         arms, runs = _check_input(arms_from_args, args), None
-    out = _plan_dir(args.out)
+    out = _vllm_input(plan_dir, args.out, what=args.out)
     doc = _vllm_input(plan, arms, out, command, args.seeds, args.k, runs)
     return render(args.table_format, doc["configs"], lambda: summary_text(doc))
 

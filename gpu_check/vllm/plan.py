@@ -161,6 +161,18 @@ def plan(
     return doc
 
 
+def plan_dir(text: str) -> Path:
+    """vllm-plan's ``--out``: a new or empty folder (a pre-registration is one file in a folder
+    of its own, which vllm-outcome later joins), checked before any work."""
+    from sim.runs.outputs import check_path
+
+    path = check_path(text)
+    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+        raise SpecraceError(f"--out {text} exists and is not an empty folder: a "
+                            "pre-registration goes into a new folder")  # fmt: skip
+    return path
+
+
 def write_once(path: Path, doc: dict[str, Any]) -> None:
     """A pre-registered prediction is never edited: ``predictions.json`` is written only where
     none is (checked again at the moment of writing), signed as specrace's."""
