@@ -232,113 +232,176 @@ class EngineRun:
             self.in_flight[t] = dataclasses.replace(b, accepted=acc)
 
     def step(self) -> StepRecord:
-        """Engine step ``step_no``: update_from_output, schedule, then the worker's
-        ``_update_states``; its record."""
+        """Engine step ``step_no`` as vLLM runs it: the engine core's ``update_from_output``
+        (of the step ``lag`` back) and ``schedule``, then the worker's ``_update_states``; its
+        record."""
         step = self.step_no
-        eng, k, lag, st = self.eng, self.k, self.lag, self.st
-        ids, requests, id_index = st.req_ids, self.requests, self.id_index
-        out_arr, can_preempt, next_arrival = self.out_arr, self.can_preempt, self.next_arrival
-        waiting, running, in_flight, batch = self.waiting, self.running, self.in_flight, self.batch
-        prev_req_of_row, prev_row_ids = self.prev_req_of_row, self.prev_row_ids
-        row_arr, prev_arr, mark = self.row_arr, self.prev_arr, self.mark
-        prev_drafts_len = self.prev_drafts_len
-        # update_from_output(step - lag): apply true accepted counts, detect finishes.
-        finished: list[str] = []
-        done_rows: list[int] = []
-        done = in_flight.pop(step - lag, None)
-        if done is not None and len(done.idx):
-            i = done.idx
-            if eng.async_scheduling:  # a preempted request's output is processed too
-                st.placeholders[i] -= np.where(done.samples, 1 + done.drafts, 0)
-            # else preempted since: the recompute supersedes (no KV limit: no preemption)
-            live = st.epoch[i] == done.epoch if can_preempt else None
-            if done.uniform and live is None:  # k drafts each, every row samples
-                st.num_computed[i] -= (k + 1) - done.accepted  # the rejected drafts
-                st.generated[i] += done.accepted
-                cand = i
-            elif live is None or all_set(live):  # no preemption since: every row applies
-                # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
-                st.num_computed[i] -= done.drafts - (done.accepted - 1)
-                if all_set(done.samples):
-                    st.generated[i] += done.accepted
-                    cand = i
-                else:
-                    st.generated[i] += np.where(done.samples, done.accepted, 0)
-                    cand = i[done.samples]
-            else:
-                assert live is not None
-                # A request preempted since: its num_computed restarted at 0 and is left alone
-                # (``if request.num_computed_tokens > 0``), but its tokens are appended and can
-                # stop it (v0.24.0 scheduler.py L1562-1564, L1660-1668, L1713-1715).
-                d = live & (done.drafts > 0)
-                st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
-                smp = done.samples
-                st.generated[i[smp]] += done.accepted[smp]
-                cand = i[smp]
-            if out_arr is not None:
-                hit = (st.generated[cand] >= out_arr[cand]) & st.alive[cand]
-                done_rows = cand[hit].tolist() if any_set(hit) else []
-            else:
-                out = st.output_len
-                done_rows = [
-                    r
-                    for r, g in zip(cand.tolist(), st.generated[cand].tolist(), strict=True)
-                    if g >= out[r] and st.alive[r]
-                ]
-            if done_rows:
-                st.alive[done_rows] = False
-                st.blocks[done_rows] = 0
-                gone = set(done_rows)
-                stopped_waiting = [j for j in done_rows if not st.running[j]]
-                st.running[done_rows] = False
-                running.drop(gone)
-                for j in stopped_waiting:  # preempted, waiting to resume
-                    waiting.remove(j)
-                finished = [ids[r] for r in done_rows]
-
-        while next_arrival < len(ids) and st.arrival_step[next_arrival] <= step:
-            r = requests[next_arrival]
-            st.num_computed[next_arrival] = r.prefix_hit_tokens
-            st.prefill_target[next_arrival] = r.prompt_len
-            waiting.append(next_arrival)
-            next_arrival += 1
-
-        sched, new_ids, new_pos = schedule_step(st, running, waiting, eng, k, out_arr)
-        in_flight[step] = sched
-        if eng.async_scheduling:
+        finished, done_rows = self._update_from_output(step)
+        self._admit_arrivals(step)
+        st = self.st
+        sched, new_ids, new_pos = schedule_step(
+            st, self.running, self.waiting, self.eng, self.k, self.out_arr
+        )
+        self.in_flight[step] = sched
+        if self.eng.async_scheduling:
             st.placeholders[sched.idx] += np.where(sched.samples, 1 + sched.drafts, 0)
-        idx = sched.idx
-        n = len(idx)
+        rec = self._update_states(step, sched, finished, done_rows, new_ids, new_pos)
+        # The scheduler's num_computed advances by what it scheduled (optimistic).
+        st.num_computed[sched.idx] += sched.num_tokens
+        self.step_no = step + 1
+        return rec
 
-        # ---- worker: _update_states(step) ----
+    # -- the engine core ------------------------------------------------------------------------
+    def _update_from_output(self, step: int) -> tuple[list[str], list[int]]:
+        """``update_from_output`` of step ``step - lag``: its true accepted counts applied, the
+        requests they finish stopped. The finished request ids and their indices."""
+        done = self.in_flight.pop(step - self.lag, None)
+        if done is None or not len(done.idx):
+            return [], []
+        cand = self._apply_output(done)
+        return self._finish(cand)
+
+    def _apply_output(self, done: Batch) -> np.ndarray:
+        """Rejected drafts uncomputed and accepted tokens appended, per request of ``done``;
+        the requests whose output grew (candidates to finish)."""
+        st, k = self.st, self.k
+        i = done.idx
+        if self.eng.async_scheduling:  # a preempted request's output is processed too
+            st.placeholders[i] -= np.where(done.samples, 1 + done.drafts, 0)
+        # else preempted since: the recompute supersedes (no KV limit: no preemption)
+        live = st.epoch[i] == done.epoch if self.can_preempt else None
+        if done.uniform and live is None:  # k drafts each, every row samples
+            st.num_computed[i] -= (k + 1) - done.accepted  # the rejected drafts
+            st.generated[i] += done.accepted
+            return i
+        if live is None or all_set(live):  # no preemption since: every row applies
+            # rejected drafts are uncomputed (0 without drafts: accepted is then 1)
+            st.num_computed[i] -= done.drafts - (done.accepted - 1)
+            if all_set(done.samples):
+                st.generated[i] += done.accepted
+                return i
+            st.generated[i] += np.where(done.samples, done.accepted, 0)
+            return i[done.samples]
+        # A request preempted since: its num_computed restarted at 0 and is left alone
+        # (``if request.num_computed_tokens > 0``), but its tokens are appended and can
+        # stop it (v0.24.0 scheduler.py L1562-1564, L1660-1668, L1713-1715).
+        d = live & (done.drafts > 0)
+        st.num_computed[i[d]] -= done.drafts[d] - (done.accepted[d] - 1)
+        smp = done.samples
+        st.generated[i[smp]] += done.accepted[smp]
+        return i[smp]
+
+    def _finish(self, cand: np.ndarray) -> tuple[list[str], list[int]]:
+        """The candidates whose output reached its length stop: out of the running and
+        waiting queues, their KV blocks freed."""
+        st, out_arr = self.st, self.out_arr
+        if out_arr is not None:
+            hit = (st.generated[cand] >= out_arr[cand]) & st.alive[cand]
+            done_rows = cand[hit].tolist() if any_set(hit) else []
+        else:
+            out = st.output_len
+            done_rows = [
+                r
+                for r, g in zip(cand.tolist(), st.generated[cand].tolist(), strict=True)
+                if g >= out[r] and st.alive[r]
+            ]
+        if not done_rows:
+            return [], []
+        st.alive[done_rows] = False
+        st.blocks[done_rows] = 0
+        stopped_waiting = [j for j in done_rows if not st.running[j]]
+        st.running[done_rows] = False
+        self.running.drop(set(done_rows))
+        for j in stopped_waiting:  # preempted, waiting to resume
+            self.waiting.remove(j)
+        return [self.st.req_ids[r] for r in done_rows], done_rows
+
+    def _admit_arrivals(self, step: int) -> None:
+        """Requests arriving by ``step`` join the waiting queue (a prefix-cache hit computed)."""
+        st, n = self.st, self.next_arrival
+        while n < len(st.req_ids) and st.arrival_step[n] <= step:
+            r = self.requests[n]
+            st.num_computed[n] = r.prefix_hit_tokens
+            st.prefill_target[n] = r.prompt_len
+            self.waiting.append(n)
+            n += 1
+        self.next_arrival = n
+
+    # -- the worker: _update_states ---------------------------------------------------------------
+    def _update_states(
+        self,
+        step: int,
+        sched: Batch,
+        finished: list[str],
+        done_rows: list[int],
+        new_ids: list[str],
+        new_pos: list[int],
+    ) -> StepRecord:
+        """The worker's ``_update_states`` for ``sched``: finished and unscheduled requests
+        removed, cached requests updated in place, new and resumed ones added, the batch
+        condensed and reordered; the step's record."""
+        batch, idx = self.batch, sched.idx
         batch.ops = []
         for req_id in finished:
             batch.remove_request(req_id)
-        # Rows of the previous layout whose request is neither scheduled nor finished, in row
-        # order. vLLM iterates a set difference here (hash order); removal order does not
-        # change any row (the removed list is sorted), so we remove in row order.
-        row_of = row_arr[idx]  # each scheduled request's row; removals move no row
+        row_of = self.row_arr[idx]  # each scheduled request's row; removals move no row
         absent = row_of < 0
-        any_absent = any_set(absent)
-        if done_rows or any_absent or n != len(prev_row_ids):
-            mark[idx] = True
-            mark[done_rows] = True
-            gone_rows = np.flatnonzero(~mark[prev_req_of_row]).tolist()
-            mark[idx] = False
-            mark[done_rows] = False
-            unscheduled = [prev_row_ids[j] for j in gone_rows]
-            for req_id in unscheduled:
-                batch.remove_request(req_id)
-        else:  # the same requests as in the previous layout: nobody to remove
-            unscheduled = []
-        prev_num_draft_tokens = np.zeros(prev_drafts_len, dtype=np.int64)
-        # Each scheduled request's row in the previous step (prev_req_id_to_index), -1 if none.
-        prev_of = prev_arr[idx]
-        to_add: list[int] = list(new_pos)  # positions in sched
+        unscheduled = self._remove_unscheduled(idx, done_rows, any_set(absent))
+        prev_of = self.prev_arr[idx]  # each one's row in the previous step, -1 if none
+        to_add, resumed, prev_num_draft_tokens = self._cached_loop(
+            sched, row_of, absent, prev_of, new_ids, new_pos
+        )
+        ids, st = self.st.req_ids, self.st
+        for j in to_add:
+            a = int(idx[j])
+            batch.add_request(ids[a], int(st.prompt_len[a]), int(st.num_computed[a]))
+        # Every scheduled request's prev_num_draft_len is now this step's drafts (a resumed
+        # one was reset to 0 first, then set on add).
+        st.prev_num_draft_len[idx] = sched.drafts
+        batch.condense()
+        row_ids, req_of_row, row_of = self._relayout(sched, row_of)
+        batch.end_step()
+        return self._record(
+            step, sched, finished, unscheduled, new_ids, resumed, row_ids, req_of_row, row_of,
+            prev_of, prev_num_draft_tokens,
+        )  # fmt: skip
+
+    def _remove_unscheduled(
+        self, idx: np.ndarray, done_rows: list[int], any_absent: bool
+    ) -> list[str]:
+        """Remove the rows of the previous layout whose request is neither scheduled nor
+        finished, in row order. vLLM iterates a set difference here (hash order); removal
+        order does not change any row (the removed list is sorted), so we remove in row order."""
+        prev_req_of_row, prev_row_ids, mark = self.prev_req_of_row, self.prev_row_ids, self.mark
+        if not (done_rows or any_absent or len(idx) != len(prev_row_ids)):
+            return []  # the same requests as in the previous layout: nobody to remove
+        mark[idx] = True
+        mark[done_rows] = True
+        gone_rows = np.flatnonzero(~mark[prev_req_of_row]).tolist()
+        mark[idx] = False
+        mark[done_rows] = False
+        unscheduled = [prev_row_ids[j] for j in gone_rows]
+        for req_id in unscheduled:
+            self.batch.remove_request(req_id)
+        return unscheduled
+
+    def _cached_loop(
+        self,
+        sched: Batch,
+        row_of: np.ndarray,
+        absent: np.ndarray,
+        prev_of: np.ndarray,
+        new_ids: list[str],
+        new_pos: list[int],
+    ) -> tuple[list[int], list[str], np.ndarray]:
+        """The cached-request loop: requests still in the batch update their row; the others
+        (not new) were preempted and are re-added, as a new request is. The positions in
+        ``sched`` to add, the resumed request ids, and ``prev_num_draft_tokens`` by previous row."""
+        idx, st, ids = sched.idx, self.st, self.st.req_ids
+        prev_num_draft_tokens = np.zeros(self.prev_drafts_len, dtype=np.int64)
+        to_add: list[int] = list(new_pos)
         resumed: list[str] = []
-        # The cached-request loop: requests still in the batch update their row; the others
-        # (not new) were preempted and are re-added. A new request has no row either.
-        if any_absent:
+        if any_set(absent):
             new_set = set(new_ids)
             for j in np.flatnonzero(absent).tolist():
                 rid = ids[int(idx[j])]
@@ -349,23 +412,24 @@ class EngineRun:
             any_cached = any_set(cached)
         else:
             cached = slice(None)  # type: ignore[assignment]
-            any_cached = n > 0
+            any_cached = len(idx) > 0
         if any_cached:
             ci = idx[cached]
             prev_len = st.prev_num_draft_len[ci]
-            if eng.async_scheduling:
+            if self.eng.async_scheduling:
                 prev_row = prev_of[cached]
                 use = (prev_len > 0) & (prev_row >= 0)
                 prev_num_draft_tokens[prev_row[use]] = prev_len[use]
-            batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
-        for j in to_add:
-            a = int(idx[j])
-            batch.add_request(ids[a], int(st.prompt_len[a]), int(st.num_computed[a]))
-        # Every scheduled request's prev_num_draft_len is now this step's drafts (a resumed
-        # one was reset to 0 first, then set on add).
-        st.prev_num_draft_len[idx] = sched.drafts
-        batch.condense()
-        # Every row holds a scheduled request now: the reorder gets tokens per row.
+            self.batch.num_computed_tokens_cpu[row_of[cached]] = st.num_computed[ci]
+        return to_add, resumed, prev_num_draft_tokens
+
+    def _relayout(
+        self, sched: Batch, row_of: np.ndarray
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """Row -> request after the row ops and the decode/prefill reorder (every row holds a
+        scheduled request now); each scheduled request's row."""
+        batch, row_arr, id_index = self.batch, self.row_arr, self.id_index
+        idx, n, prev_req_of_row = sched.idx, len(sched.idx), self.prev_req_of_row
         if batch.ops:  # the layout changed: replay the row ops on row -> request
             row_ids = batch.req_ids
             layout = _replay(prev_req_of_row.tolist(), batch.ops, id_index)
@@ -374,12 +438,12 @@ class EngineRun:
             row_arr[req_of_row] = np.arange(n)
             row_of = row_arr[idx]
         else:  # no row op: the previous layout, every scheduled request in its row
-            row_ids, req_of_row = list(prev_row_ids), prev_req_of_row
+            row_ids, req_of_row = list(self.prev_row_ids), prev_req_of_row
         n_ops = len(batch.ops)
         if sched.uniform:  # one region (see Batch.uniform): the reorder moves nothing
-            pass
-        elif reorder_batch_to_split_decodes_and_prefills(
-            batch, _by_row(sched.num_tokens, row_of), eng.reorder_batch_threshold
+            return row_ids, req_of_row, row_of
+        if reorder_batch_to_split_decodes_and_prefills(
+            batch, _by_row(sched.num_tokens, row_of), self.eng.reorder_batch_threshold
         ):
             row_ids = batch.req_ids
             row_arr[req_of_row] = -1
@@ -388,20 +452,39 @@ class EngineRun:
             )
             row_arr[req_of_row] = np.arange(n)
             row_of = row_arr[idx]
-        batch.end_step()
+        return row_ids, req_of_row, row_of
 
+    def _record(
+        self,
+        step: int,
+        sched: Batch,
+        finished: list[str],
+        unscheduled: list[str],
+        new_ids: list[str],
+        resumed: list[str],
+        row_ids: list[str],
+        req_of_row: np.ndarray,
+        row_of: np.ndarray,
+        prev_of: np.ndarray,
+        prev_num_draft_tokens: np.ndarray,
+    ) -> StepRecord:
+        """The step's record by row, and the layout the next step starts from
+        (``prev_req_id_to_index``: only rows that sample keep an index)."""
+        n = len(sched.idx)
+        batch, prev_arr = self.batch, self.prev_arr
         positions = np.arange(n)
         at = np.empty(n, dtype=np.int64)  # row -> position in sched
         at[row_of] = positions
         samples = sched.samples if sched.uniform else sched.samples[at]  # uniform: all True
-        # prev_req_id_to_index for the next step (StepRecord.prev_req_id_to_index).
-        prev_arr[prev_req_of_row] = -1
+        prev_arr[self.prev_req_of_row] = -1
         if sched.uniform or all_set(samples):
             prev_arr[req_of_row] = positions
         else:
             keep = np.flatnonzero(samples)
             prev_arr[req_of_row[keep]] = keep
-        rec = StepRecord(
+        self.prev_req_of_row, self.prev_row_ids = req_of_row, row_ids
+        self.prev_drafts_len = n
+        return StepRecord(
             step=step,
             finished=finished,
             unscheduled=unscheduled,
@@ -418,13 +501,6 @@ class EngineRun:
             prev_positions=prev_of[at],
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
-        # The scheduler's num_computed advances by what it scheduled (optimistic).
-        st.num_computed[idx] += sched.num_tokens
-        self.prev_req_of_row, self.prev_row_ids = req_of_row, row_ids
-        self.prev_drafts_len = n
-        self.next_arrival = next_arrival
-        self.step_no = step + 1
-        return rec
 
 
 def _out_arr(output_len: list) -> np.ndarray | None:
