@@ -99,10 +99,10 @@ def _sample(p: dict[str, Any]) -> dict[str, Any]:
             "entry": p["entry"] / steps}  # fmt: skip
 
 
-def sim_samples(sched, sc, policy, factors: list[float], seeds: int) -> list[dict[str, Any]]:
+def sim_samples(
+    sched, sc, policy, factors: list[float], seeds: int, simulate_seed
+) -> list[dict[str, Any]]:
     """One sample per (host factor, seed): reads, wrong reads, median step (ms), entry share."""
-    from gpu_check.vllm.forward import simulate_seed
-
     out = []
     for f in factors:
         scaled = replace(sc, timing=scale_host(sc.timing, f))
@@ -110,10 +110,10 @@ def sim_samples(sched, sc, policy, factors: list[float], seeds: int) -> list[dic
     return out
 
 
-def conditional(sched, sc, policy, gauge_ms: float | None, seeds: int = COND_SEEDS):
+def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds: int = COND_SEEDS):
     """The central forecast at the host factor of a measured gauge (1 without one): pooled
     rate, median step, landing mix, as ``vllm-forward``'s point forecast."""
-    from gpu_check.vllm.forward import LANDING, simulate_seed
+    from gpu_check.vllm.outcome import LANDING
 
     f = factor_of_gauge(gauge_ms, sc.timing) if gauge_ms is not None else 1.0
     scaled = replace(sc, timing=scale_host(sc.timing, f))
@@ -298,12 +298,12 @@ def criterion(df: pd.DataFrame) -> dict[str, Any]:
 
 
 def unconditional(sched, sc, policy, model: dict[str, Any], group: str, n_reads: int, key: str,
-                  seeds: int) -> dict[str, Any]:  # fmt: skip
+                  seeds: int, simulate_seed) -> dict[str, Any]:  # fmt: skip
     """``vllm-plan``'s interval for a configuration before it runs (no gauge yet): the host
     factors and the model-error residuals of a committed ``vllm-forward`` (its summary.json's
     ``forecast``: ``host.factors``, ``model_error``), the configuration's own group left out,
     the count drawn over ``n_reads`` (the reads sim predicts)."""
-    samples = sim_samples(sched, sc, policy, model["host"]["factors"], seeds)
+    samples = sim_samples(sched, sc, policy, model["host"]["factors"], seeds, simulate_seed)
     reg = regime(float(np.median([s["entry"] for s in samples])))
     res = loo_residuals(model["model_error"], group, reg)
     band = predictive(samples, n_reads, res, config_seed(key))

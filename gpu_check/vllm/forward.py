@@ -265,11 +265,11 @@ def forecast_parts(c: Measured, prepared: tuple, factors: list[float]) -> dict[s
     from gpu_check.vllm.repeatability import pass_key
 
     raw, sc, sched, policy = prepared
-    samples = fc.sim_samples(sched, sc, policy, factors, fc.FACTOR_SEEDS)
+    samples = fc.sim_samples(sched, sc, policy, factors, fc.FACTOR_SEEDS, simulate_seed)
     gauge = host_gauge(raw)
     # every pass's gauge, pure or not (none past delay 0 may include GPU time: its sampler
     # synchronises; on the records it still helps, 2 -> 12 of those 18 passes meet all)
-    cond = fc.conditional(sched, sc, policy, gauge["host_gauge_ms"])
+    cond = fc.conditional(sched, sc, policy, gauge["host_gauge_ms"], simulate_seed)
     return {
         "group": group_name(c.group), "samples": samples, "obs": observed(c.folder),
         "pass_group": "p" + hashlib.sha256(pass_key(raw).encode()).hexdigest()[:12],

@@ -111,7 +111,8 @@ def predict_config(
 
         interval = {"forecast": fc.unconditional(
             sched, sc, policy, model, group_name((vllm, mode, cfg.max_num_seqs, k)),
-            max(tot["reads"] // seeds, 1), f"{run}/{vllm}/{mode}_{cfg.name}/k{k}", seeds,
+            max(tot["reads"] // seeds, 1), f"{run}/{vllm}/{mode}_{cfg.name}/k{k}",
+            seeds, simulate_seed,
         )}  # fmt: skip
     return {
         "vllm": vllm, "mode": mode, "patch": cfg.patch, "policy": policy.name,

@@ -31,17 +31,19 @@ def _width(band: dict, part: str) -> float:
 
 
 def test_the_interval_widens_when_the_host_spread_widens(boundary_config) -> None:
+    from gpu_check.vllm.forward import simulate_seed
+
     _raw, sc, sched, policy = boundary_config
     none = np.zeros((0, 3))
-    narrow = fc.sim_samples(sched, sc, policy, [1.0, 1.0, 1.0], 2)
-    wide = fc.sim_samples(sched, sc, policy, [0.7, 1.0, 1.5], 2)
+    narrow = fc.sim_samples(sched, sc, policy, [1.0, 1.0, 1.0], 2, simulate_seed)
+    wide = fc.sim_samples(sched, sc, policy, [0.7, 1.0, 1.5], 2, simulate_seed)
     n = narrow[0]["reads"]
     bn, bw = fc.predictive(narrow, n, none, 1), fc.predictive(wide, n, none, 1)
     assert _width(bw, "step") > 2 * _width(bn, "step")
     assert _width(bw, "entry") > _width(bn, "entry")
     # a slower host is more CPU-bound: the copy lands at entry more often
-    slow = fc.sim_samples(sched, sc, policy, [1.5], 2)
-    fast = fc.sim_samples(sched, sc, policy, [0.7], 2)
+    slow = fc.sim_samples(sched, sc, policy, [1.5], 2, simulate_seed)
+    fast = fc.sim_samples(sched, sc, policy, [0.7], 2, simulate_seed)
     assert np.mean([s["entry"] for s in slow]) > np.mean([s["entry"] for s in fast])
 
 
