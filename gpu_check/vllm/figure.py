@@ -226,3 +226,52 @@ def forward_figure(df: pd.DataFrame, title: str = ""):
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def forecast_figure(df: pd.DataFrame, title: str = ""):
+    """Observed wrong-read rate of every pass over its predicted 90 % interval, against the GPU
+    delay: one panel per (release, mode, seqs) with >= 3 delays; a pass inside its interval
+    green, outside red; the gauge-conditioned central forecast a cross (1000 px wide)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    keys = [k for k, g in df.groupby(["vllm", "mode", "max_num_seqs"], sort=True)
+            if g["gpu_delay_ms"].nunique() >= 3]  # fmt: skip
+    cols = 3
+    rows = max(1, -(-len(keys) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(10, 2.9 * rows + 0.6), squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        g = df[(df["vllm"] == key[0]) & (df["mode"] == key[1]) & (df["max_num_seqs"] == key[2])]
+        g = g.sort_values(["gpu_delay_ms", "run", "rep"])
+        # passes at one delay side by side
+        offs = g.groupby("gpu_delay_ms").cumcount().to_numpy(float)
+        span = max(float(g["gpu_delay_ms"].max() - g["gpu_delay_ms"].min()), 1.0)
+        x = g["gpu_delay_ms"].to_numpy(float) + (offs - offs.mean()) * span * 0.012
+        lo, hi = 100 * g["rate_pi_lo"].to_numpy(float), 100 * g["rate_pi_hi"].to_numpy(float)
+        ax.vlines(x, lo, hi, color="#9ecae1", lw=5, alpha=0.9, label="predicted 90 %")
+        ok = g["rate_covered"].to_numpy(bool)
+        obs = 100 * g["rate_observed"].to_numpy(float)
+        ax.plot(x[ok], obs[ok], "o", ms=4, color="#2ca02c", label="observed, inside")
+        ax.plot(x[~ok], obs[~ok], "o", ms=5, color="#d62728", label="observed, outside")
+        ax.plot(x, 100 * g["cond_rate"].to_numpy(float), "x", ms=4, color="#555555",
+                label="given the gauge")  # fmt: skip
+        ax.set_title(f"{key[0]} {key[1]} {key[2]} seqs ({len(g)} passes)", fontsize=10)
+        ax.set_ylim(bottom=0, top=max(float(np.max(hi)), float(np.max(obs)), 0.1) * 1.1)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(keys) :]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("wrong reads, %", fontsize=9)
+    for ax in axes[-1, :]:
+        ax.set_xlabel("GPU delay, ms", fontsize=9)
+    if keys:
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=9,
+                   bbox_to_anchor=(0.5, 1 - 0.35 / fig.get_figheight()))  # fmt: skip
+    fig.suptitle(title, fontsize=11, y=0.999)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / fig.get_figheight()))
+    return fig

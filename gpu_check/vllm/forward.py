@@ -14,6 +14,7 @@ docs/forward-prediction.md has the details.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -190,13 +191,18 @@ def _r(x: float) -> float:
     return float(f"{x:.6g}")
 
 
-def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
-    from gpu_check.vllm.outcome import judge, observed
-
+def prepare(c: Measured, cal: dict[str, Any]) -> tuple[dict[str, Any], Scenario, Schedule, Any]:
+    """The configuration's raw record, scenario, sim schedule and policy."""
     raw = load_raw(c.raw_path)
     sc = scenario_for(c, cal, raw)
-    sched = forward_schedule(sc)
-    policy = policy_for(c.mode, c.vllm)
+    return raw, sc, forward_schedule(sc), policy_for(c.mode, c.vllm)
+
+
+def forward_row(c: Measured, cal: dict[str, Any], seeds: int, prepared: tuple | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+    from gpu_check.vllm.outcome import judge, observed
+
+    raw, sc, sched, policy = prepared if prepared is not None else prepare(c, cal)
     per = [simulate_seed(sched, sc, policy, s) for s in range(seeds)]
     obs = observed(c.folder)
     n_obs, w_obs = obs["reads"], obs["wrong"]
@@ -232,9 +238,100 @@ def forward_row(c: Measured, cal: dict[str, Any], seeds: int) -> dict[str, Any]:
     return row
 
 
-def forward_table(configs: list[Measured], cal: dict[str, Any], seeds: int = SEEDS) -> pd.DataFrame:
-    rows = [forward_row(c, cal, seeds) for c in configs]
-    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+def forward_table(
+    configs: list[Measured], cal: dict[str, Any], seeds: int = SEEDS,
+    factors: list[float] | None = None,
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:  # fmt: skip
+    """The point-forecast table; with host ``factors``, every configuration's forecast as a
+    distribution too (:mod:`gpu_check.vllm.forecast`) and the model-error residuals it used."""
+    rows, parts = [], []
+    for c in configs:
+        prepared = prepare(c, cal)
+        rows.append(forward_row(c, cal, seeds, prepared))
+        if factors is not None:
+            parts.append(forecast_parts(c, prepared, factors))
+    df = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    if factors is None:
+        return df, []
+    return with_forecast(df, parts)
+
+
+def forecast_parts(c: Measured, prepared: tuple, factors: list[float]) -> dict[str, Any]:
+    """One configuration's sim samples over host factors x seeds, its pass group, gauge and
+    the central forecast given that gauge."""
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.gauge import host_gauge
+    from gpu_check.vllm.outcome import observed
+    from gpu_check.vllm.repeatability import pass_key
+
+    raw, sc, sched, policy = prepared
+    samples = fc.sim_samples(sched, sc, policy, factors, fc.FACTOR_SEEDS, simulate_seed)
+    gauge = host_gauge(raw)
+    # every pass's gauge, pure or not (none past delay 0 may include GPU time: its sampler
+    # synchronises; on the records it still helps, 2 -> 12 of those 18 passes meet all)
+    cond = fc.conditional(sched, sc, policy, gauge["host_gauge_ms"], simulate_seed)
+    return {
+        "group": group_name(c.group), "samples": samples, "obs": observed(c.folder),
+        "pass_group": "p" + hashlib.sha256(pass_key(raw).encode()).hexdigest()[:12],
+        "gauge": gauge, "cond": cond,
+        "regime_predicted": fc.regime(float(np.median([s["entry"] for s in samples]))),
+    }  # fmt: skip
+
+
+FORECAST_COLUMNS = [
+    "regime", "pass_group", "regime_predicted", "host_gauge_ms", "host_gauge_pure",
+    "rate_central", "rate_pi_lo", "rate_pi_hi", "step_central", "step_pi_lo", "step_pi_hi",
+    "entry_central", "entry_pi_lo", "entry_pi_hi", "rate_covered", "step_covered",
+    "entry_covered", "residuals", "cond_factor", "cond_rate", "cond_step_ms", "cond_entry",
+    "cond_between", "cond_after", "cond_waited", "cond_rate_ok", "cond_step_ok",
+    "cond_landing_ok", "cond_meets_all",
+]  # fmt: skip
+
+
+def with_forecast(
+    df: pd.DataFrame, parts: list[dict[str, Any]]
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """The forecast columns: intervals (model error leave-one-group-out from the
+    gauge-conditioned residuals), regime, coverage, the conditional forecast's verdicts."""
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.outcome import judge
+
+    table = [
+        {"group": p["group"], "regime_predicted": p["regime_predicted"],
+         **{k: _r(v) for k, v in fc.residual(p["cond"], p["obs"]).items()}}
+        for p in parts
+    ]  # fmt: skip
+    extra = []
+    for r, p in zip(df.to_dict("records"), parts, strict=True):
+        res = fc.loo_residuals(table, p["group"], p["regime_predicted"])
+        band = fc.predictive(p["samples"], r["reads_observed"], res, fc.config_seed(_row_key(r)))
+        cond = p["cond"]
+        v = judge(cond, p["obs"])
+        cov = {
+            "rate": band["rate"]["lo"] <= r["rate_observed"] <= band["rate"]["hi"],
+            "step": band["step"]["lo"] <= r["step_ms_observed"] <= band["step"]["hi"],
+            "entry": band["entry"]["lo"] <= r["entry_observed"] <= band["entry"]["hi"],
+        }
+        extra.append({
+            "regime": fc.regime(r["entry_observed"]), "pass_group": p["pass_group"],
+            "regime_predicted": p["regime_predicted"],
+            "host_gauge_ms": p["gauge"]["host_gauge_ms"],
+            "host_gauge_pure": p["gauge"]["host_gauge_pure"],
+            **{f"{k}_{x}": band[k][y] for k in fc.PARTS
+               for x, y in (("central", "mid"), ("pi_lo", "lo"), ("pi_hi", "hi"))},
+            **{f"{k}_covered": bool(cov[k]) for k in fc.PARTS},
+            "residuals": len(res), "cond_factor": round(cond["factor"], 4),
+            "cond_rate": _r(cond["rate"]), "cond_step_ms": cond["step_ms"],
+            **{f"cond_{k}": cond["landing"][k] for k in LANDING},
+            **{f"cond_{k}": v[k] for k in ("rate_ok", "step_ok", "landing_ok", "meets_all")},
+        })  # fmt: skip
+    out = pd.concat([df, pd.DataFrame(extra, columns=FORECAST_COLUMNS)], axis=1)
+    return out, table
+
+
+def _row_key(r: dict[str, Any]) -> str:
+    tail = f"_r{r['rep']}" if r["rep"] else ""
+    return f"{r['run']}/{r['mode']}_s{r['max_num_seqs']}_d{r['gpu_delay_ms']:g}ms{tail}"
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -316,20 +413,103 @@ def run_forward(root: Path, out: Path, seeds: int = SEEDS) -> dict[str, Any]:
     """Calibrate, write the timing files, run forward, write the table and the summary."""
     if seeds < 1:
         raise SpecraceError("--seeds must be >= 1")
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.gauge_evidence import gauge_rows
+
     configs = find_configs(root)
     cal = calibrate(configs)
+    ratios = fc.host_ratios(gauge_rows([root]))
+    factors = fc.host_factors(ratios)
     from sim.runs.outputs import claim_dir
 
     claim_dir(out, "vllm-forward")
     for name in cal["groups"]:
         atomic_write_text(out / f"timing-{name}.toml", timing_toml(cal, name))
-    df = forward_table(configs, cal, seeds)
+    df, table = forward_table(configs, cal, seeds, factors)
     atomic_write_text(out / "forward.csv", df.to_csv(index=False, lineterminator="\n"))
-    atomic_write_text(out / "forward.md", table_markdown(df))
     rep = summary(df, cal)
+    rep["forecast"] = forecast_summary(df, table, factors, len(ratios))
+    atomic_write_text(out / "forward.md", table_markdown(df) + "\n" + regime_markdown(rep))
     write_figure(df, rep, out / "forward.png")
+    write_forecast_figure(df, rep, out / "forecast.png")
     write_json(out / "summary.json", rep)
     return rep
+
+
+def forecast_summary(df: pd.DataFrame, table: list[dict[str, Any]], factors: list[float],
+                     ratio_passes: int) -> dict[str, Any]:  # fmt: skip
+    """summary.json's ``forecast``: what the distribution is made of, the criterion per
+    regime, and the residual table ``vllm-plan`` draws its model error from."""
+    from gpu_check.vllm import forecast as fc
+
+    return {
+        "code": "gpu_check.vllm.forecast",
+        "regimes": {"by": "observed copy-at-entry share", "cpu_bound_min": fc.CPU_BOUND_ENTRY,
+                    "gpu_bound_max": fc.GPU_BOUND_ENTRY},
+        "host": {"factors": factors, "points": fc.HOST_POINTS, "ratio_passes": ratio_passes,
+                 "what": "quantiles (i + 0.5) / K of each pure pass's gauge over its (release, "
+                 "mode, seqs, k) group's median, groups of >= 2 (gauge_evidence.pure_ratios)"},
+        "seeds_per_factor": fc.FACTOR_SEEDS,
+        "noise_draws_per_sample": fc.NOISE_DRAWS,
+        "interval": list(fc.PI),
+        "conditional_seeds": fc.COND_SEEDS,
+        "targets": fc.TARGETS,
+        "per_regime": fc.criterion(df),
+        "model_error": table,
+    }  # fmt: skip
+
+
+def regime_markdown(rep: dict[str, Any]) -> str:
+    """The criterion per regime: coverage of the 90 % interval (rate / step / entry), width
+    over vLLM's own spread, boundary safety, the gauge-conditioned strict score."""
+    per = rep["forecast"]["per_regime"]
+
+    def cov(e: dict[str, Any], p: str) -> str:
+        c = e["coverage"][p]
+        if not c["passes"]:
+            return "–"
+        miss = "" if c["met"] else " **miss**"
+        return f"{c['covered']}/{c['passes']} ({c['fraction']:.2f}){miss}"
+
+    def sharp(e: dict[str, Any], p: str) -> str:
+        s = e.get("sharpness", {}).get(p)
+        if s is None:
+            return "–"
+        if s["ratio"] is None:
+            return "n/a (vLLM spread 0 or unmeasured) **miss**"
+        return f"{s['ratio']:.2f}{'' if s['met'] else ' **miss**'}"
+
+    lines = [
+        "| regime | passes | coverage rate | coverage step | coverage entry | width/vLLM rate "
+        "| width/vLLM step | width/vLLM entry | boundary above upper | conditional meets all |",
+        "|---|---:|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("CPU-bound", "boundary", "GPU-bound", "overall"):  # summary.json sorts keys
+        e = per[name]
+        safe = e.get("safety")
+        safe_s = (f"{safe['above_upper']}/{safe['passes']}{'' if safe['met'] else ' **miss**'}"
+                  if safe else "–")  # fmt: skip
+        c4 = e["conditional_meets_all"]
+        c4_s = (f"{c4['meets']}/{c4['passes']} ({c4['fraction']:.2f})"
+                f"{'' if c4['met'] else ' **miss**'}") if c4["passes"] else "–"  # fmt: skip
+        lines.append(
+            f"| {name} | {e['passes']} | {cov(e, 'rate')} | {cov(e, 'step')} | {cov(e, 'entry')} "
+            f"| {sharp(e, 'rate')} | {sharp(e, 'step')} | {sharp(e, 'entry')} | {safe_s} "
+            f"| {c4_s} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_forecast_figure(df: pd.DataFrame, rep: dict[str, Any], path: Path) -> None:
+    from gpu_check.vllm.figure import forecast_figure
+
+    fig = forecast_figure(df, "vllm-forward: observed passes over the predicted 90 % bands")
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=100, metadata={"Software": None})
+    finally:
+        plt.close(fig)
 
 
 def write_figure(df: pd.DataFrame, rep: dict[str, Any], path: Path) -> None:
@@ -352,4 +532,7 @@ def summary_text(rep: dict[str, Any]) -> str:
         f"{rep['agree']}/{n} configurations agree ({rep['agree_criterion']})",
     ]
     lines += [f"misses: {k} ({', '.join(v)})" for k, v in rep["misses"].items()]
+    if "forecast" in rep:
+        lines += ["forecast as a distribution, per regime (observed entry share):",
+                  regime_markdown(rep).rstrip()]  # fmt: skip
     return "\n".join(lines)

@@ -40,6 +40,17 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
     return round(float(np.corrcoef(x, y)[0, 1]), 3)
 
 
+def pure_ratios(df: Any) -> Any:
+    """The pure passes (gauge measured, host work alone) of groups of >= 2, each with
+    ``ratio``: its gauge over its (release, mode, seqs, k) group's median gauge. The spread
+    of host speed from pass to pass (``spread`` below; the host factors of
+    :mod:`gpu_check.vllm.forecast`)."""
+    pure = df[df["host_gauge_pure"] & df["host_gauge_ms"].notna()].copy()
+    shape = ["vllm", "mode", "max_num_seqs", "k"]
+    pure["ratio"] = pure["host_gauge_ms"] / pure.groupby(shape)["host_gauge_ms"].transform("median")
+    return pure[pure.groupby(shape)["ratio"].transform("size") >= 2]
+
+
 def gauge_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How the gauge tracks step time, and how far it spreads.
 
@@ -62,10 +73,7 @@ def gauge_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ws = np.log(within["step_ms"]) - within.groupby("group")["step_ms"].transform(
         lambda s: np.log(s).median()
     )
-    pure = df[df["host_gauge_pure"]].copy()
-    shape = ["vllm", "mode", "max_num_seqs", "k"]
-    pure["ratio"] = pure["host_gauge_ms"] / pure.groupby(shape)["host_gauge_ms"].transform("median")
-    multi = pure[pure.groupby(shape)["ratio"].transform("size") >= 2]
+    multi = pure_ratios(df)
 
     def q(s: Any) -> dict[str, Any]:
         a = s.to_numpy(float)

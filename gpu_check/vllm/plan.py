@@ -22,7 +22,11 @@ pass either way).
 configuration names its run (``run``) so ``vllm-outcome`` finds it even where two runs share a
 configuration name. Each configuration says whether any committed run under data/vllm
 already measured it (``never_run``). A concurrency without a calibration group is
-interpolated (:func:`gpu_check.vllm.calibrate.group_timing`).
+interpolated (:func:`gpu_check.vllm.calibrate.group_timing`). Where the committed
+``vllm-forward`` carries its forecast model (summary.json ``forecast``), each configuration
+also carries ``forecast``: central values and 90 % predictive intervals of rate, step and
+entry share over the records' host speeds (:func:`gpu_check.vllm.forecast.unconditional`;
+no gauge yet). ``vllm-outcome`` reads predictions with or without it.
 """
 
 from __future__ import annotations
@@ -77,7 +81,10 @@ def predict_config(
     k: int = 3,
     seeds: int = 3,
     run: str = "",
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One configuration's prediction; with ``model`` (the committed vllm-forward's
+    ``forecast``), its 90 % intervals too (:func:`gpu_check.vllm.forecast.unconditional`)."""
     sc = _scenario(vllm, mode, cfg, cal, k)
     max_steps = 8 * (sum(r.output_len for r in sc.workload.requests) // cfg.max_num_seqs + 64)
     sched = build_schedule(sc, 0, max_steps)
@@ -97,6 +104,16 @@ def predict_config(
     step_ns = [p["step_ns_median"] for p in per]
     lo, hi = wilson(tot["wrong"], tot["reads"])
     tlo, thi = wilson(tot["wrong_transitions"], tot["transitions"])
+    interval = {}
+    if model is not None:
+        from gpu_check.vllm import forecast as fc
+        from gpu_check.vllm.calibrate import group_name
+
+        interval = {"forecast": fc.unconditional(
+            sched, sc, policy, model, group_name((vllm, mode, cfg.max_num_seqs, k)),
+            max(tot["reads"] // seeds, 1), f"{run}/{vllm}/{mode}_{cfg.name}/k{k}",
+            seeds, simulate_seed,
+        )}  # fmt: skip
     return {
         "vllm": vllm, "mode": mode, "patch": cfg.patch, "policy": policy.name,
         "config": cfg.name, "run_config": cfg.to_dict(), "k": k, "seeds": seeds,
@@ -109,6 +126,7 @@ def predict_config(
         "per_10k_transitions_ci95": [1e4 * float(tlo), 1e4 * float(thi)],
         "step_ms": round(float(np.median(step_ns)) / 1e6, 3),
         "landing": {k_: round(v / tot["steps"], 4) for k_, v in regime.items()},
+        **interval,
     }  # fmt: skip
 
 
@@ -136,16 +154,18 @@ def plan(
     """``arms``: (release, mode, configuration) as ``vllm-run`` would run them, or with a
     grid, (release, mode, configuration, k, run); ``runs``: the grid's vllm-run commands."""
     try:
-        cal = json.loads(CALIBRATION.read_text())["calibration"]
+        committed = json.loads(CALIBRATION.read_text())
+        cal = committed["calibration"]
     except (OSError, ValueError, KeyError) as e:
         raise SpecraceError(f"{CALIBRATION}: no calibration ({e})") from None
+    model = committed.get("forecast")  # a vllm-forward before #44's intervals has none
     full: list[GridArm] = [a if len(a) == 5 else (*a, k, "") for a in arms]  # type: ignore[misc]
     configs = []
     first: dict[tuple, dict[str, Any]] = {}  # a repeat (rep > 0) is predicted as its first pass
     for v, m, c, k_, r in full:
         key = (v, m, replace(c, rep=0), k_, r)
         if key not in first:
-            first[key] = predict_config(v, m, replace(c, rep=0), cal, k_, seeds, r)
+            first[key] = predict_config(v, m, replace(c, rep=0), cal, k_, seeds, r, model)
         configs.append({**first[key], "config": c.name, "run_config": c.to_dict()})
     doc = {
         "schema": "specrace.vllm_predictions",
@@ -374,4 +394,12 @@ def summary_text(doc: dict[str, Any]) -> str:
             f"({c['per_10k_transitions']:.1f} per 10k [{tlo:.1f}, {thi:.1f}]); "
             f"step {c['step_ms']} ms; landing {c['landing']}"
         )
+        if "forecast" in c:
+            f = c["forecast"]
+            lines.append(
+                f"    90 % interval (any host speed of the records): rate "
+                f"[{100 * f['rate_pi90'][0]:.3f}, {100 * f['rate_pi90'][1]:.3f}] %, step "
+                f"[{f['step_pi90'][0]:.1f}, {f['step_pi90'][1]:.1f}] ms, entry share "
+                f"[{f['entry_pi90'][0]:.2f}, {f['entry_pi90'][1]:.2f}] ({f['regime_predicted']})"
+            )
     return "\n".join(lines)

@@ -11,7 +11,13 @@ import pytest
 
 from gpu_check.__main__ import main
 from gpu_check.vllm.calibrate import calibrate, find_configs, group_name, timing_toml
-from gpu_check.vllm.forward import TABLE_COLUMNS, forward_row, table_markdown
+from gpu_check.vllm.forward import (
+    FORECAST_COLUMNS,
+    TABLE_COLUMNS,
+    forward_row,
+    regime_markdown,
+    table_markdown,
+)
 from sim.model.params import timing_file_overrides
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
@@ -90,18 +96,21 @@ def test_forward_rows_reproduce_the_committed_table(configs, cal, committed, run
     ]
     assert len(want) == 1, rest
     got = pd.DataFrame([row], columns=TABLE_COLUMNS)
-    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        got.reset_index(drop=True), want[TABLE_COLUMNS].reset_index(drop=True)
+    )
 
 
 def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
     configs = find_configs(DATA)  # every recorded V1 run, the pre-registered ones too
     assert len(configs) >= 65 and any(c.k != 3 for c in configs)
-    assert len(committed) == len(configs) and list(committed.columns) == TABLE_COLUMNS
+    assert len(committed) == len(configs)
+    assert list(committed.columns) == TABLE_COLUMNS + FORECAST_COLUMNS
     assert (committed["reads_observed"] > 0).all() and (committed["reads_predicted"] > 0).all()
     md = (FORWARD / "forward.md").read_text()
-    assert md == table_markdown(committed)
-    assert md in (DATA / "README.md").read_text()
     summary = json.loads((FORWARD / "summary.json").read_text())
+    assert md == table_markdown(committed) + "\n" + regime_markdown(summary)
+    assert md in (DATA / "README.md").read_text()
     assert summary["agree"] == int(committed["agrees"].sum())
     assert (
         f"{summary['agree']} of {summary['configs']} configurations"
@@ -222,3 +231,28 @@ def test_the_figure_tallies_each_release_and_mode_as_the_table_does() -> None:
     g = df[(df["vllm"] == "0.24.0") & (df["mode"] == "align")]
     assert rows["0.24.0 align"][0] == f"{int(g['meets_all'].sum())}/{len(g)}"
     assert len(rows) == df.groupby(["vllm", "mode"]).ngroups + 1
+
+
+def test_the_committed_forecast_criterion_is_its_tables(committed) -> None:
+    """summary.json's per-regime criterion is gpu_check.vllm.forecast.criterion of forward.csv's
+    own columns; the conditional verdicts are outcome.judge of its conditional columns."""
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.outcome import LANDING, judge
+
+    summary = json.loads((FORWARD / "summary.json").read_text())["forecast"]
+    assert json.loads(json.dumps(fc.criterion(committed))) == summary["per_regime"]
+    assert (committed["regime"] == committed["entry_observed"].map(fc.regime)).all()
+    for r in committed.to_dict("records"):
+        pred = {"rate": r["cond_rate"], "step_ms": r["cond_step_ms"],
+                "landing": {k: r[f"cond_{k}"] for k in LANDING}}  # fmt: skip
+        obs = {"rate": r["rate_observed"], "wrong": r["wrong_observed"],
+               "rate_ci95": [r["rate_observed_lo"], r["rate_observed_hi"]],
+               "step_ms": r["step_ms_observed"],
+               "landing": {k: r[f"{k}_observed"] for k in LANDING}}  # fmt: skip
+        assert judge(pred, obs)["meets_all"] == r["cond_meets_all"], r["run"]
+        for p in ("rate", "step", "entry"):
+            assert r[f"{p}_pi_lo"] <= r[f"{p}_central"] <= r[f"{p}_pi_hi"]
+    assert len(summary["host"]["factors"]) == fc.HOST_POINTS
+    assert summary["host"]["factors"] == sorted(summary["host"]["factors"])
+    assert len(summary["model_error"]) == len(committed)
+    assert (FORWARD / "forecast.png").stat().st_size > 10_000

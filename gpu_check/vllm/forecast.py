@@ -1,0 +1,315 @@
+"""The forward prediction as a distribution (issue #44): a 90 % predictive interval per
+configuration for the wrong-read rate, the median step and the copy-at-entry share, and the
+criterion per regime. :mod:`gpu_check.vllm.forward` runs it; docs/forward-prediction.md,
+"Forecast as a distribution", gives every rule.
+
+A configuration's samples come from four sources of spread, in this order:
+
+1. **host speed**, a random effect: a factor ``f`` on every host duration of the calibrated
+   timing (:func:`sim.resolve.host_band.scale_host`), at :data:`HOST_POINTS` equally weighted
+   quantile points of the records' pass-to-pass spread (each pure pass's gauge over its
+   (release, mode, seqs, k) group's median, pooled, groups of >= 2:
+   :func:`gpu_check.vllm.gauge_evidence.pure_ratios`);
+2. **seeds**: :data:`FACTOR_SEEDS` sim seeds at each factor (jitter, slow phases);
+3. **model error**: each sim sample is drawn :data:`NOISE_DRAWS` times, each time with one
+   residual (log step ratio, entry-share difference, log rate ratio with +0.5 on the wrong
+   count and +1 on the reads, both rates over the observed pass's reads) of the
+   gauge-conditioned central forecast of a configuration of *another* calibration group
+   (leave-one-group-out), drawn from those whose unconditional forecast has the same regime
+   (all of them where fewer than :data:`MIN_RESIDUALS`);
+4. **count noise**: the observed count is Binomial(reads of the observed pass, p), p the
+   sample's rate (smoothed over those reads) times the residual's rate ratio.
+
+Every draw comes from ``np.random.default_rng`` seeded by the configuration's key
+(:func:`config_seed`): the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.resolve.host_band import factor_of_gauge, scale_host
+from sim.resolve.rates import wilson
+
+# A pass's regime by its copy-at-entry share (the share of steps whose copy had landed when
+# _update_states began): CPU-bound at >= 0.9, GPU-bound at <= 0.1, the boundary between.
+CPU_BOUND_ENTRY = 0.9
+GPU_BOUND_ENTRY = 0.1
+REGIMES = ("CPU-bound", "boundary", "GPU-bound")
+PARTS = ("rate", "step", "entry")
+
+HOST_POINTS = 9  # K quantile points of the host spread, at (i + 0.5) / K
+FACTOR_SEEDS = 5  # sim seeds at each host factor
+NOISE_DRAWS = 20  # model-error and count draws per sim sample
+MIN_RESIDUALS = 8  # fewer residuals in the regime: take every other group's
+PI = (0.05, 0.95)  # the 90 % predictive interval
+COND_SEEDS = 5  # seeds of the gauge-conditioned central forecast
+SPREAD_MIN_PASSES = 3  # a configuration's passes for vLLM's own pass-to-pass spread
+
+TARGETS = {
+    "coverage_min_per_regime": 0.80,
+    "coverage_overall": [0.84, 0.96],
+    "width_ratio_max": 1.25,
+    "boundary_above_max": 0.05,
+    "conditional_meets_all_min": 0.80,
+}
+
+
+def regime(entry: float) -> str:
+    """CPU-bound, boundary or GPU-bound by the copy-at-entry share."""
+    if entry >= CPU_BOUND_ENTRY:
+        return "CPU-bound"
+    if entry <= GPU_BOUND_ENTRY:
+        return "GPU-bound"
+    return "boundary"
+
+
+def config_seed(key: str) -> int:
+    """A seed from the configuration's key (stable across processes, unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+
+
+# -- host speed -------------------------------------------------------------------------------
+def host_ratios(rows: list[dict[str, Any]]) -> np.ndarray:
+    """Every pure pass's gauge over its group's median (``gauge_evidence``'s ``spread``)."""
+    from gpu_check.vllm.gauge_evidence import pure_ratios
+
+    df = pd.DataFrame(rows)
+    df = df[df["host_gauge_ms"].notna() & df["step_ms"].notna()]
+    return np.sort(pure_ratios(df)["ratio"].to_numpy(float))
+
+
+def host_factors(ratios: np.ndarray, k: int = HOST_POINTS) -> list[float]:
+    """``k`` equally weighted quantile points of the ratios, at (i + 0.5) / k."""
+    if len(ratios) == 0:
+        raise ValueError("no pure pass of a group of >= 2: no host spread")
+    qs = [(i + 0.5) / k for i in range(k)]
+    return [round(float(x), 4) for x in np.quantile(np.asarray(ratios, float), qs)]
+
+
+# -- sim samples ------------------------------------------------------------------------------
+def _sample(p: dict[str, Any]) -> dict[str, Any]:
+    steps = max(p["steps"], 1)
+    return {"reads": p["reads"], "wrong": p["wrong"], "step_ms": p["step_ns_median"] / 1e6,
+            "entry": p["entry"] / steps}  # fmt: skip
+
+
+def sim_samples(
+    sched, sc, policy, factors: list[float], seeds: int, simulate_seed
+) -> list[dict[str, Any]]:
+    """One sample per (host factor, seed): reads, wrong reads, median step (ms), entry share."""
+    out = []
+    for f in factors:
+        scaled = replace(sc, timing=scale_host(sc.timing, f))
+        out += [_sample(simulate_seed(sched, scaled, policy, s)) for s in range(seeds)]
+    return out
+
+
+def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds: int = COND_SEEDS):
+    """The central forecast at the host factor of a measured gauge (1 without one): pooled
+    rate, median step, landing mix, as ``vllm-forward``'s point forecast."""
+    from gpu_check.vllm.outcome import LANDING
+
+    f = factor_of_gauge(gauge_ms, sc.timing) if gauge_ms is not None else 1.0
+    scaled = replace(sc, timing=scale_host(sc.timing, f))
+    per = [simulate_seed(sched, scaled, policy, s) for s in range(seeds)]
+    steps = sum(p["steps"] for p in per)
+    reads, wrong = sum(p["reads"] for p in per), sum(p["wrong"] for p in per)
+    return {
+        "factor": f, "reads": reads, "wrong": wrong, "rate": wrong / reads if reads else 0.0,
+        "step_ms": round(float(np.median([p["step_ns_median"] for p in per])) / 1e6, 3),
+        "landing": {k: round(sum(p[k] for p in per) / steps, 4) for k in LANDING},
+    }  # fmt: skip
+
+
+# -- model error ------------------------------------------------------------------------------
+def smoothed_rate(rate: Any, reads: Any) -> Any:
+    """A rate as counts over ``reads`` reads with 0.5 added to the wrong ones and 1 to the
+    reads: a zero stays comparable (the ratio of two zeros over the same reads is 1)."""
+    return (rate * reads + 0.5) / (reads + 1.0)
+
+
+def residual(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, float]:
+    """Observed against a central forecast: log step ratio, entry-share difference, log rate
+    ratio (both rates smoothed over the observed pass's reads: :func:`smoothed_rate`)."""
+    n = obs["reads"]
+    return {
+        "log_step": float(np.log(obs["step_ms"] / pred["step_ms"])),
+        "entry": float(obs["landing"]["entry"] - pred["landing"]["entry"]),
+        "log_rate": float(
+            np.log(smoothed_rate(obs["wrong"] / n, n)) - np.log(smoothed_rate(pred["rate"], n))
+        ),
+    }
+
+
+def loo_residuals(table: list[dict[str, Any]], group: str, predicted_regime: str) -> np.ndarray:
+    """Residual rows (log_step, entry, log_rate) of every configuration outside ``group``,
+    those forecast in ``predicted_regime`` (all of them where fewer than MIN_RESIDUALS)."""
+    others = [r for r in table if r["group"] != group]
+    same = [r for r in others if r["regime_predicted"] == predicted_regime]
+    use = same if len(same) >= MIN_RESIDUALS else others
+    return np.array([[r["log_step"], r["entry"], r["log_rate"]] for r in use], dtype=float)
+
+
+# -- the predictive distribution --------------------------------------------------------------
+def predictive(
+    samples: list[dict[str, Any]], n_reads: int, residuals: np.ndarray, seed: int,
+    draws: int = NOISE_DRAWS,
+) -> dict[str, Any]:  # fmt: skip
+    """Central value (median) and 90 % interval of rate, step (ms) and entry share: every sim
+    sample ``draws`` times with one residual row each (none: no model error) and the count
+    drawn Binomial(``n_reads``, p)."""
+    rng = np.random.default_rng(seed)
+    m = len(samples) * draws
+    wrong = np.repeat([s["wrong"] for s in samples], draws).astype(float)
+    reads = np.repeat([s["reads"] for s in samples], draws).astype(float)
+    step = np.repeat([s["step_ms"] for s in samples], draws).astype(float)
+    entry = np.repeat([s["entry"] for s in samples], draws).astype(float)
+    e = residuals[rng.integers(0, len(residuals), size=m)] if len(residuals) else np.zeros((m, 3))
+    step = step * np.exp(e[:, 0])
+    entry = np.clip(entry + e[:, 1], 0.0, 1.0)
+    if len(residuals):
+        own = wrong / np.maximum(reads, 1.0)
+        p = np.clip(smoothed_rate(own, n_reads) * np.exp(e[:, 2]), 0.0, 1.0)
+    else:  # count noise alone: the sample's own rate
+        p = wrong / np.maximum(reads, 1.0)
+    rate = rng.binomial(n_reads, p) / n_reads
+
+    def band(x: np.ndarray) -> dict[str, float]:
+        lo, mid, hi = np.quantile(x, [PI[0], 0.5, PI[1]])
+        return {"lo": float(f"{lo:.6g}"), "mid": float(f"{mid:.6g}"), "hi": float(f"{hi:.6g}")}
+
+    return {"rate": band(rate), "step": band(step), "entry": band(entry), "samples": m}
+
+
+# -- the criterion ----------------------------------------------------------------------------
+def _wilson(k: int, n: int) -> list[float]:
+    lo, hi = wilson(k, n)
+    return [round(lo, 4), round(hi, 4)]
+
+
+def _frac(k: int, n: int) -> float | None:
+    return round(k / n, 4) if n else None
+
+
+def own_spread(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
+    """vLLM against itself, per regime and part: in configurations of >= SPREAD_MIN_PASSES
+    passes, each pass predicted by the median of its other passes; the width of the interval
+    around that median that holds 90 % of the passes (twice the 90th percentile of the
+    distance). Rate and entry share in absolute units, step relative to the median."""
+    dev: dict[str, dict[str, list[float]]] = {r: {p: [] for p in PARTS} for r in REGIMES}
+    for _key, g in df.groupby("pass_group"):
+        if len(g) < SPREAD_MIN_PASSES:
+            continue
+        vals = {"rate": g["rate_observed"].to_numpy(float),
+                "step": g["step_ms_observed"].to_numpy(float),
+                "entry": g["entry_observed"].to_numpy(float)}  # fmt: skip
+        for i, reg in enumerate(g["regime"]):
+            for p, v in vals.items():
+                med = float(np.median(np.delete(v, i)))
+                d = abs(v[i] / med - 1) if p == "step" else abs(v[i] - med)
+                dev[reg][p].append(d)
+    return {
+        r: {p: (round(2 * float(np.quantile(d, 0.9)), 6) if d else None) for p, d in ps.items()}
+        | {"passes": len(ps["rate"])}
+        for r, ps in dev.items()
+    }
+
+
+def widths(df: pd.DataFrame) -> pd.DataFrame:
+    """The forecast's interval widths in the units of :func:`own_spread`."""
+    return pd.DataFrame({
+        "rate": df["rate_pi_hi"] - df["rate_pi_lo"],
+        "step": (df["step_pi_hi"] - df["step_pi_lo"]) / df["step_central"],
+        "entry": df["entry_pi_hi"] - df["entry_pi_lo"],
+    })  # fmt: skip
+
+
+def covered(df: pd.DataFrame) -> pd.DataFrame:
+    """Whether each pass's observed value lies inside its 90 % interval, per part."""
+    obs = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
+    return pd.DataFrame(
+        {p: (df[f"{p}_pi_lo"] <= df[o]) & (df[o] <= df[f"{p}_pi_hi"]) for p, o in obs.items()}
+    )
+
+
+def _coverage(cov: pd.DataFrame, overall: bool) -> dict[str, Any]:
+    n = len(cov)
+    out: dict[str, Any] = {}
+    lo_t = TARGETS["coverage_min_per_regime"]
+    for p in PARTS:
+        k = int(cov[p].sum())
+        frac = _frac(k, n)
+        if overall:
+            a, b = TARGETS["coverage_overall"]
+            met = frac is not None and a <= frac <= b
+        else:
+            met = frac is not None and frac >= lo_t
+        out[p] = {"covered": k, "passes": n, "fraction": frac, "wilson95": _wilson(k, n),
+                  "met": bool(met)}  # fmt: skip
+    return out
+
+
+def criterion(df: pd.DataFrame) -> dict[str, Any]:
+    """(i) coverage, (ii) sharpness, (iii) boundary safety, (iv) the gauge-conditioned
+    strict score, per regime (by the observed entry share) and overall."""
+    cov, wid = covered(df), widths(df)
+    spread = own_spread(df)
+    per: dict[str, Any] = {}
+    for name in (*REGIMES, "overall"):
+        mask = df["regime"] == name if name != "overall" else pd.Series(True, index=df.index)
+        n = int(mask.sum())
+        sharp = {}
+        for p in PARTS:
+            w = float(np.median(wid[p][mask])) if n else None
+            own = spread[name][p] if name != "overall" else None
+            ratio = round(w / own, 3) if (w is not None and own) else None
+            sharp[p] = {
+                "median_width": round(w, 6) if w is not None else None,
+                "vllm_spread_width": own,
+                "ratio": ratio,
+                "met": bool(ratio is not None and ratio <= TARGETS["width_ratio_max"]),
+            }
+        k4 = int(df["cond_meets_all"][mask].sum())
+        entry: dict[str, Any] = {
+            "passes": n,
+            "coverage": _coverage(cov[mask], overall=name == "overall"),
+            **({"sharpness": sharp, "vllm_spread_passes": spread[name]["passes"]}
+               if name != "overall" else {}),
+            "conditional_meets_all": {
+                "meets": k4, "passes": n, "fraction": _frac(k4, n), "wilson95": _wilson(k4, n),
+                "met": bool(n and k4 / n >= TARGETS["conditional_meets_all_min"]),
+            },
+        }  # fmt: skip
+        if name == "boundary":
+            above = int((df["rate_observed"][mask] > df["rate_pi_hi"][mask]).sum())
+            entry["safety"] = {
+                "above_upper": above, "passes": n, "fraction": _frac(above, n),
+                "wilson95": _wilson(above, n),
+                "met": bool(n and above / n <= TARGETS["boundary_above_max"]),
+            }  # fmt: skip
+        per[name] = entry
+    return per
+
+
+def unconditional(sched, sc, policy, model: dict[str, Any], group: str, n_reads: int, key: str,
+                  seeds: int, simulate_seed) -> dict[str, Any]:  # fmt: skip
+    """``vllm-plan``'s interval for a configuration before it runs (no gauge yet): the host
+    factors and the model-error residuals of a committed ``vllm-forward`` (its summary.json's
+    ``forecast``: ``host.factors``, ``model_error``), the configuration's own group left out,
+    the count drawn over ``n_reads`` (the reads sim predicts)."""
+    samples = sim_samples(sched, sc, policy, model["host"]["factors"], seeds, simulate_seed)
+    reg = regime(float(np.median([s["entry"] for s in samples])))
+    res = loo_residuals(model["model_error"], group, reg)
+    band = predictive(samples, n_reads, res, config_seed(key))
+    return {
+        "interval": list(PI), "regime_predicted": reg, "host_factors": model["host"]["factors"],
+        "seeds_per_factor": seeds, "residuals": int(len(res)),
+        **{f"{p}_central": band[p]["mid"] for p in PARTS},
+        **{f"{p}_pi90": [band[p]["lo"], band[p]["hi"]] for p in PARTS},
+    }  # fmt: skip

@@ -1,0 +1,207 @@
+"""The forward prediction as a distribution (issue #44): host spread, count noise, the
+leave-one-group-out model error, determinism, the regimes and the criterion's arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpu_check.vllm import forecast as fc
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+
+
+@pytest.fixture(scope="module")
+def boundary_config():
+    """0.24.0 align, 16 seqs, 15 ms: a configuration at the CPU/GPU boundary, prepared."""
+    from gpu_check.vllm.calibrate import calibrate, find_configs
+    from gpu_check.vllm.forward import prepare
+
+    configs = find_configs(DATA)
+    cal = calibrate(configs)
+    c = next(c for c in configs if c.run == "v0.24.0" and c.folder.name == "align_s16_d15ms")
+    return prepare(c, cal)
+
+
+def _width(band: dict, part: str) -> float:
+    return band[part]["hi"] - band[part]["lo"]
+
+
+def test_the_interval_widens_when_the_host_spread_widens(boundary_config) -> None:
+    from gpu_check.vllm.forward import simulate_seed
+
+    _raw, sc, sched, policy = boundary_config
+    none = np.zeros((0, 3))
+    narrow = fc.sim_samples(sched, sc, policy, [1.0, 1.0, 1.0], 2, simulate_seed)
+    wide = fc.sim_samples(sched, sc, policy, [0.7, 1.0, 1.5], 2, simulate_seed)
+    n = narrow[0]["reads"]
+    bn, bw = fc.predictive(narrow, n, none, 1), fc.predictive(wide, n, none, 1)
+    assert _width(bw, "step") > 2 * _width(bn, "step")
+    assert _width(bw, "entry") > _width(bn, "entry")
+    # a slower host is more CPU-bound: the copy lands at entry more often
+    slow = fc.sim_samples(sched, sc, policy, [1.5], 2, simulate_seed)
+    fast = fc.sim_samples(sched, sc, policy, [0.7], 2, simulate_seed)
+    assert np.mean([s["entry"] for s in slow]) > np.mean([s["entry"] for s in fast])
+
+
+def test_count_noise_alone_covers_a_binomial_truth_about_90_percent() -> None:
+    n, p = 4000, 0.01
+    samples = [{"reads": n, "wrong": int(p * n), "step_ms": 20.0, "entry": 1.0}] * 10
+    truth = np.random.default_rng(123).binomial(n, p, size=300) / n
+    inside = 0
+    for t, x in enumerate(truth):
+        band = fc.predictive(samples, n, np.zeros((0, 3)), seed=t)
+        inside += band["rate"]["lo"] <= x <= band["rate"]["hi"]
+    assert 0.85 <= inside / len(truth) <= 0.97
+    # no count noise and no other spread: a point, not an interval
+    assert band["step"]["lo"] == band["step"]["hi"] == 20.0
+
+
+def test_the_same_inputs_give_the_same_forecast() -> None:
+    samples = [
+        {"reads": 5000, "wrong": w, "step_ms": 18.0 + w / 10, "entry": min(1.0, w / 60)}
+        for w in (0, 12, 40, 55)
+    ]
+    res = np.array([[0.05, -0.1, 0.3], [-0.02, 0.05, -0.4], [0.0, 0.0, 0.0]])
+    seed = fc.config_seed("v0.24.0/align_s16_d15ms")
+    assert seed == fc.config_seed("v0.24.0/align_s16_d15ms") != fc.config_seed("other")
+    a = fc.predictive(samples, 4100, res, seed)
+    assert a == fc.predictive(samples, 4100, res.copy(), seed)
+    assert a != fc.predictive(samples, 4100, res, seed + 1)  # the draws do depend on it
+
+
+def test_regime_thresholds() -> None:
+    assert fc.regime(fc.CPU_BOUND_ENTRY) == "CPU-bound" == fc.regime(1.0)
+    assert fc.regime(fc.CPU_BOUND_ENTRY - 1e-4) == "boundary"
+    assert fc.regime(fc.GPU_BOUND_ENTRY) == "GPU-bound" == fc.regime(0.0)
+    assert fc.regime(fc.GPU_BOUND_ENTRY + 1e-4) == "boundary"
+    assert (fc.CPU_BOUND_ENTRY, fc.GPU_BOUND_ENTRY) == (0.9, 0.1)
+
+
+def test_leave_one_out_excludes_the_configurations_own_group() -> None:
+    def row(group: str, reg: str, x: float) -> dict:
+        return {"group": group, "regime_predicted": reg, "log_step": x, "entry": x, "log_rate": x}
+
+    table = [row("own", "boundary", 5.0)] * 20 + [row(f"g{i}", "boundary", 0.1) for i in range(9)]
+    table += [row("g9", "CPU-bound", -0.2)] * 3
+    res = fc.loo_residuals(table, "own", "boundary")
+    assert len(res) == 9 and (res == 0.1).all()
+    # too few in the regime: every other group's, still never its own
+    res = fc.loo_residuals(table, "own", "CPU-bound")
+    assert len(res) == 12 and 5.0 not in res
+    # a forecast with the group left out does not see its huge residual
+    samples = [{"reads": 4000, "wrong": 40, "step_ms": 20.0, "entry": 0.5}] * 5
+    band = fc.predictive(samples, 4000, fc.loo_residuals(table, "own", "boundary"), 7)
+    assert band["step"]["hi"] < 20.0 * np.exp(0.2)
+
+
+def test_host_factors_are_quantile_points_of_the_ratios() -> None:
+    rows = [
+        {"vllm": "0.24.0", "mode": "align", "max_num_seqs": 16, "k": 3, "host_gauge_pure": True,
+         "host_gauge_ms": g, "step_ms": 20.0}
+        for g in (8.0, 10.0, 12.0)
+    ] + [
+        {"vllm": "0.24.0", "mode": "none", "max_num_seqs": 16, "k": 3, "host_gauge_pure": False,
+         "host_gauge_ms": 30.0, "step_ms": 20.0},  # not pure: left out
+        {"vllm": "0.33.0", "mode": "align", "max_num_seqs": 16, "k": 3, "host_gauge_pure": True,
+         "host_gauge_ms": 5.0, "step_ms": 20.0},  # alone in its group: left out
+    ]  # fmt: skip
+    ratios = fc.host_ratios(rows)
+    assert list(ratios) == [0.8, 1.0, 1.2]
+    f = fc.host_factors(ratios, 3)
+    assert f == [round(float(np.quantile(ratios, q)), 4) for q in (1 / 6, 0.5, 5 / 6)]
+    with pytest.raises(ValueError):
+        fc.host_factors(np.array([]))
+
+
+def _table() -> pd.DataFrame:
+    """Ten synthetic passes: 4 CPU-bound (one configuration of 4 passes), 4 boundary (one
+    configuration of 4), 2 GPU-bound."""
+    rows = []
+    for i, (reg, entry) in enumerate([("CPU-bound", 1.0)] * 4 + [("boundary", 0.5)] * 4
+                                     + [("GPU-bound", 0.0)] * 2):  # fmt: skip
+        rows.append({
+            "regime": reg, "pass_group": reg, "entry_observed": entry,
+            "rate_observed": 0.01 + 0.001 * (i % 4), "step_ms_observed": 20.0 + (i % 4),
+            "rate_pi_lo": 0.009, "rate_pi_hi": 0.0125, "step_central": 20.0,
+            "step_pi_lo": 19.0, "step_pi_hi": 22.5, "entry_pi_lo": 0.4, "entry_pi_hi": 1.0,
+            "cond_meets_all": i % 2 == 0,
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_the_criterions_arithmetic_on_a_small_table() -> None:
+    df = _table()
+    per = fc.criterion(df)
+    cpu, bnd, gpu, allp = (per[r] for r in ("CPU-bound", "boundary", "GPU-bound", "overall"))
+    # rate 0.010..0.013: the pass at 0.013 is above 0.0125 (index 3 and 7)
+    assert cpu["coverage"]["rate"]["covered"] == 3 and cpu["coverage"]["rate"]["passes"] == 4
+    assert cpu["coverage"]["rate"]["met"] is False  # 0.75 < 0.80
+    assert bnd["safety"] == {"above_upper": 1, "passes": 4, "fraction": 0.25,
+                             "wilson95": bnd["safety"]["wilson95"], "met": False}  # fmt: skip
+    lo, hi = bnd["safety"]["wilson95"]
+    assert lo < 0.25 < hi
+    # step 20..23 against [19, 22.5]: 23 is out (index 3, 7); GPU-bound indices 8, 9 -> 20, 21
+    assert allp["coverage"]["step"]["covered"] == 8
+    assert allp["coverage"]["step"]["met"] is False  # 0.80 outside [0.84, 0.96]
+    # entry: GPU-bound passes at 0 lie below 0.4
+    assert gpu["coverage"]["entry"]["covered"] == 0 and allp["coverage"]["entry"]["covered"] == 8
+    # (iv) every other pass meets all
+    assert allp["conditional_meets_all"]["meets"] == 5 and not allp["conditional_meets_all"]["met"]
+    # (ii) the CPU-bound configuration's passes at rate 0.010..0.013: each against the median
+    # of the other three; the width holding 90 % of them is twice the 90th percentile
+    v = np.array([0.010, 0.011, 0.012, 0.013])
+    dev = [abs(v[i] - np.median(np.delete(v, i))) for i in range(4)]
+    own = 2 * np.quantile(dev, 0.9)
+    s = cpu["sharpness"]["rate"]
+    assert s["vllm_spread_width"] == pytest.approx(own, abs=1e-6)
+    assert s["ratio"] == pytest.approx(0.0035 / own, abs=1e-3)
+    assert s["met"] == (s["ratio"] <= fc.TARGETS["width_ratio_max"])
+    # the GPU-bound pair is no configuration of >= 3 passes: no spread to compare with
+    assert gpu["sharpness"]["rate"]["ratio"] is None and gpu["vllm_spread_passes"] == 0
+    # the step spread is relative to the median
+    st = [20.0, 21.0, 22.0, 23.0]
+    dev = [abs(st[i] / np.median(np.delete(st, i)) - 1) for i in range(4)]
+    assert cpu["sharpness"]["step"]["vllm_spread_width"] == pytest.approx(
+        2 * np.quantile(dev, 0.9), abs=1e-6
+    )
+
+
+def test_a_full_coverage_table_meets_coverage() -> None:
+    df = _table()
+    df["rate_pi_hi"] = 1.0
+    df["step_pi_hi"] = 100.0
+    df["entry_pi_lo"] = 0.0
+    per = fc.criterion(df)
+    assert all(per[r]["coverage"][p]["met"] for r in fc.REGIMES for p in fc.PARTS)
+    # 100 % overall is over-covered: outside [0.84, 0.96]
+    assert not per["overall"]["coverage"]["rate"]["met"]
+    assert per["boundary"]["safety"]["above_upper"] == 0 and per["boundary"]["safety"]["met"]
+
+
+def test_plan_carries_the_intervals_and_outcome_reads_either(tmp_path) -> None:
+    import copy
+    import json
+
+    from gpu_check.__main__ import main
+    from gpu_check.vllm.outcome import check_predictions
+
+    out = tmp_path / "pre"
+    argv = ["vllm-plan", "--vllm", "0.24.0", "--modes", "align", "--configs", "16:15",
+            "--seeds", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((out / "predictions.json").read_text())
+    (c,) = doc["configs"]
+    f = c["forecast"]
+    for p in fc.PARTS:
+        lo, hi = f[f"{p}_pi90"]
+        assert lo <= f[f"{p}_central"] <= hi
+    assert f["rate_pi90"][0] < f["rate_pi90"][1]  # a boundary configuration: not a point
+    assert len(f["host_factors"]) == fc.HOST_POINTS and f["residuals"] > 0
+    assert check_predictions(doc, "new") == doc["configs"]
+    old = copy.deepcopy(doc)
+    del old["configs"][0]["forecast"]  # a predictions.json from before the intervals
+    assert check_predictions(old, "old") == old["configs"]
