@@ -327,3 +327,75 @@ def test_one_short_round_on_the_gpu(tmp_path: Path) -> None:
     rows = list(csv.DictReader((out / "rounds.csv").open()))
     assert [r["arm"] for r in rows] == ["off", "watch", "watch+private-d2h"]
     assert int(rows[1]["watch_steps"]) > 0 and int(rows[1]["watch_reads"]) > 0
+
+
+# -- the loop, on a fake engine -------------------------------------------------------------------
+@pytest.fixture
+def fake_engine(runner, tmp_path, monkeypatch):
+    """``run_bench``'s engine calls answered without CUDA: every pass steps the runner once
+    (the arm's classes in place) and reports 1,000 tokens."""
+    import torch
+
+    from gpu_check import environment
+    from gpu_check.vllm import run
+
+    seen: list[tuple[str, str]] = []
+
+    def drive(llm, reqs, tag, tokens=None):
+        seen.append((tag, runner.execute_model(None)))
+        return {"engine_steps": 50, "out_tokens": 1000, "wall_s": 0.5}
+
+    llm = types.SimpleNamespace(reset_prefix_cache=lambda: None)
+    monkeypatch.setattr(run, "MODEL_DIR", tmp_path / "model")
+    monkeypatch.setattr(run, "build_llm", lambda e, d: (llm, {"init_s": 1.0, "resolved": {}}))
+    monkeypatch.setattr(run, "_runner", lambda llm: runner)
+    monkeypatch.setattr(run, "drive", drive)
+    monkeypatch.setattr(run, "set_concurrency", lambda llm, n: None)
+    monkeypatch.setattr(run, "shutdown", lambda llm: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(environment, "environment", lambda: {"device": "fake"})
+    return seen
+
+
+def _plan(rounds, limit=0.0, arms=("off", "private-d2h", "sync-before-moves")):
+    from gpu_check.vllm.config import RunConfig
+
+    return pb.Plan(list(arms), [RunConfig(num_requests=4)], rounds, "align", 3, "zero", limit)
+
+
+def test_the_loop_writes_a_row_per_pass_into_its_own_folder(fake_engine, tmp_path):
+    from sim.runs.outputs import foreign_files, marker
+
+    out = tmp_path / "o"
+    doc = pb.run_bench(_plan(3), out, "0.33.0")
+    rows = list(csv.DictReader((out / "rounds.csv").open()))
+    assert [r["arm"] for r in rows[:4]] == ["off", "private-d2h", "sync-before-moves",
+                                            "private-d2h"]  # fmt: skip
+    assert len(rows) == 9 and {r["tokens_per_s"] for r in rows} == {"2000.0"}
+    assert [t for t, _ in fake_engine] == ["warm-", *[f"r{i // 3}p{i % 3}-" for i in range(9)]]
+    assert doc["rounds_done"] == 3 and doc["checks"]["ok"] and not doc["errors"]
+    assert json.loads((out / "summary.json").read_text())["rounds_done"] == 3
+    assert marker(out)["kind"] == "vllm-plugin-bench" and foreign_files(out) == []
+
+
+def test_the_time_limit_stops_between_rounds(fake_engine, tmp_path):
+    doc = pb.run_bench(_plan(5, limit=1e-6), tmp_path / "o", "0.33.0")
+    assert doc["rounds_done"] == 1 and doc["stopped"].startswith("time limit")
+
+
+def test_a_failing_pass_is_recorded_and_the_class_is_put_back(fake_engine, runner, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    from gpu_check.vllm import run
+
+    cls = type(runner)
+    before = dict(cls.__dict__)
+
+    def drive(llm, reqs, tag, tokens=None):
+        if tag.startswith("r0p1"):
+            raise RuntimeError("wedged")
+        return {"engine_steps": 50, "out_tokens": 1000, "wall_s": 0.5}
+
+    monkeypatch.setattr(run, "drive", drive)
+    doc = pb.run_bench(_plan(2), tmp_path / "o", "0.33.0")
+    assert doc["rounds_done"] == 0 and "wedged" in doc["errors"][0]
+    assert pb.class_changes(cls, before) == []
