@@ -187,9 +187,10 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
     """Per configuration and arm: tokens/s (median, min, max over rounds), the paired ratio to
     ``off`` (per round, then median, min, max, a bootstrap interval of the median, the count),
     the watch's totals; and the checks: every arm's plugin state as expected, every watch's
-    JSONL as long as its wrong count, no wrong read under watch with a guard."""
+    JSONL as long as its wrong count, every watch armed and judging steps in every pass, no
+    wrong read under watch with a guard."""
     results: dict[str, Any] = {}
-    states_ok = jsonl_ok = True
+    states_ok = jsonl_ok = armed_ok = True
     guarded_zero: dict[str, bool] = {}
     for cfg in configs:
         per: dict[str, Any] = {}
@@ -218,6 +219,7 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
                 keys = ("watch_runner_steps", "watch_steps", "watch_reads", "watch_wrong",
                         "watch_skipped_steps", "watch_jsonl_lines")  # fmt: skip
                 done = [r for r in mine if _num(r.get("watch_steps")) is not None]
+                armed_ok &= len(done) == len(mine) and all(_num(r["watch_steps"]) for r in done)
                 entry["watch"] = {k[6:]: int(sum(_num(r[k]) or 0 for r in done)) for k in keys}
                 entry["watch"]["wrong_per_round"] = [int(_num(r["watch_wrong"]) or 0) for r in done]
                 jsonl_ok &= all(_num(r["watch_jsonl_lines"]) == _num(r["watch_wrong"])
@@ -232,12 +234,13 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
     checks = {
         "plugin_states_as_expected": states_ok,
         "jsonl_lines_equal_wrong_reads": jsonl_ok,
+        "watch_armed_and_judging_every_pass": armed_ok,
         "watch_with_guard_shows_0": guarded_zero,
         # not a pass/fail: whether the unguarded watch saw the race at all (if not, the 0 under
         # a guard says little)
         "watch_alone_wrong_reads": sum(watched) if watched else None,
     }
-    checks["ok"] = states_ok and jsonl_ok and all(guarded_zero.values())
+    checks["ok"] = states_ok and jsonl_ok and armed_ok and all(guarded_zero.values())
     return {"results": results, "checks": checks}
 
 

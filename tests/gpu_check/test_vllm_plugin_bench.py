@@ -168,13 +168,16 @@ def test_a_round_without_off_is_left_out_of_the_ratios():
     assert g["passes"] == 4
 
 
-@pytest.mark.parametrize("spoil", ["guarded-wrong", "jsonl-short", "state"])
+@pytest.mark.parametrize("spoil", ["guarded-wrong", "jsonl-short", "state", "unarmed"])
 def test_each_check_can_fail(spoil):
     arms, rows = _table()
     if spoil == "guarded-wrong":
         rows[3] |= {"watch_wrong": 1, "watch_jsonl_lines": 1}
     elif spoil == "jsonl-short":
         rows[1]["watch_jsonl_lines"] = 79
+    elif spoil == "unarmed":  # the watch could not arm: its pass has no totals
+        for k in [k for k in rows[1] if k.startswith("watch_")]:
+            del rows[1][k]
     else:
         rows[2]["plugin_state"] = "refused"
     checks = pb.summarize(rows, arms, ["s16_d0ms"])["checks"]
@@ -183,6 +186,7 @@ def test_each_check_can_fail(spoil):
         "guarded-wrong": "watch_with_guard_shows_0",
         "jsonl-short": "jsonl_lines_equal_wrong_reads",
         "state": "plugin_states_as_expected",
+        "unarmed": "watch_armed_and_judging_every_pass",
     }[spoil]
     assert checks[key] in (False, {"watch+private-d2h": False})
 
