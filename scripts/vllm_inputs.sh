@@ -7,6 +7,9 @@
 #                                          have MRv2 only: run there with RUN_ARGS=--runner v2
 #   SRC_REV=HEAD ...                       src/ from that commit (git archive), not the work tree,
 #                                          so uncommitted edits in a shared tree stay behind
+#   WHEEL_CACHE=dir ...                    where vLLM's wheel is looked for (and downloaded to if
+#                                          absent; default .cache/wheels): another checkout's
+#                                          cache is only read when the wheel is there
 #   TRITON_TGZ=path/triton_cache.tgz ...   a Triton cache from an earlier call (SAVE_TRITON=1 in
 #                                          run.sh): MRv2 compiles its kernels cold, 165-183 s
 #   PACK=path/payload.tar.xz ...           also one xz tar, half the carry (14 MB for 0.34.0, not
@@ -20,8 +23,10 @@
 #   vllm-<V>.zip  the wheel's .py files + dist-info: no .so, no vendored headers, no tuned JSON
 #   whl/          the small wheels `import vllm` needs that the GPU image lacks, pinned, + simpy
 #   stubs/        import stubs for the structured-output backends (never used by the run)
-#   src/          this checkout's sim/ and gpu_check/ (the code the GPU machine runs)
+#   src/          this checkout's sim/, gpu_check/ and specrace/ (the code the GPU machine runs;
+#                 specrace/ holds the vLLM plugin vllm-plugin-bench measures)
 #   run.sh        scripts/vllm_device.sh
+#   bench.sh      scripts/vllm_plugin_bench.sh (vllm-plugin-bench in one device call)
 #   COMMIT        the commit src/ is (SRC_REV), or HEAD's with "+dirty" when the tree had edits
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -29,8 +34,9 @@ dest="$(realpath -m "${1:-$repo/.vllmcarry}")"
 version="${SPECRACE_VLLM_VERSION:-0.24.0}"
 py="${PYTHON:-$repo/.venv/bin/python}"
 test -x "$py" || py=python3
-cache="$repo/.cache/wheels"
-mkdir -p "$dest/whl" "$cache"
+cache="${WHEEL_CACHE:-$repo/.cache/wheels}"
+mkdir -p "$dest/whl"
+[[ -d "$cache" ]] || mkdir -p "$cache"
 
 # 1. vLLM's wheel (about 280 MB, once), reduced to its Python files
 wheel="$(ls "$cache"/vllm-"$version"-*.whl 2>/dev/null | head -n1 || true)"
@@ -85,18 +91,19 @@ mkdir -p "$dest/src"
     "import sys; from pathlib import Path; from gpu_check.vllm.carry import write_stubs; write_stubs(Path(sys.argv[1]))" \
     "$dest/stubs")
 if [[ -n "${SRC_REV:-}" ]]; then
-    git -C "$repo" archive "$SRC_REV" sim gpu_check | tar -C "$dest/src" -xf -
+    git -C "$repo" archive "$SRC_REV" sim gpu_check specrace | tar -C "$dest/src" -xf -
     git -C "$repo" rev-parse "$SRC_REV" > "$dest/COMMIT"
 else
-    tar -C "$repo" --exclude=__pycache__ -cf - sim gpu_check | tar -C "$dest/src" -xf -
+    tar -C "$repo" --exclude=__pycache__ -cf - sim gpu_check specrace | tar -C "$dest/src" -xf -
     if ! rev="$(git -C "$repo" rev-parse HEAD 2>/dev/null)"; then
         rev=uncommitted
-    elif [[ -n "$(git -C "$repo" status --porcelain -- sim gpu_check)" ]]; then
+    elif [[ -n "$(git -C "$repo" status --porcelain -- sim gpu_check specrace)" ]]; then
         rev="$rev+dirty"  # src/ holds edits that no commit has
     fi
     echo "$rev" > "$dest/COMMIT"
 fi
 cp "$repo/scripts/vllm_device.sh" "$dest/run.sh"
+cp "$repo/scripts/vllm_plugin_bench.sh" "$dest/bench.sh"
 rm -f "$dest/triton_cache.tgz"
 if [[ -n "${TRITON_TGZ:-}" ]]; then cp "$TRITON_TGZ" "$dest/triton_cache.tgz"; fi
 du -sh "$dest"
@@ -123,7 +130,7 @@ PY
         --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 "$dest"/whl/*.whl
     rm -rf "$work/site/bin"
-    cp -r "$dest/stubs" "$dest/src" "$dest/run.sh" "$dest/COMMIT" "$skel/"
+    cp -r "$dest/stubs" "$dest/src" "$dest/run.sh" "$dest/bench.sh" "$dest/COMMIT" "$skel/"
     [[ -f "$dest/triton_cache.tgz" ]] && cp "$dest/triton_cache.tgz" "$skel/"
     "$py" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').close()" \
         "$skel/vllm-$version.zip"  # find_zip's name; the tree is already there

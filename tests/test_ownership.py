@@ -193,6 +193,8 @@ WRITERS: dict[str, Writer] = {
                     kind="bench", cuda=True),
     "vllm-run": Writer("gpu_check", "vllm-run", lambda i, o: ["vllm-run", "--out", str(o)],
                        "into", kind="vllm-run", cuda=True),
+    "vllm-plugin-bench": Writer("gpu_check", "vllm-plugin-bench", lambda i, o: [
+        "vllm-plugin-bench", "--out", str(o)], "into", kind="vllm-plugin-bench", cuda=True),
 }  # fmt: skip
 
 # Subcommands that write nothing (no --out, --report, --force or output positional): each

@@ -57,6 +57,7 @@ KINDS: dict[str, str] = {
     "vllm-repeatability": "python -m gpu_check vllm-repeatability",
     "vllm-plan": "python -m gpu_check vllm-plan",
     "vllm-gauge": "python -m gpu_check vllm-gauge",
+    "vllm-plugin-bench": "python -m gpu_check vllm-plugin-bench",
 }  # fmt: skip
 # The names our atomic writes give their temporaries: ".<name>.<8 chars>.tmp" (a file or a run
 # folder being written) and ".<name>.<8 chars>.old" (what a replace moved aside).
