@@ -144,35 +144,9 @@ def build_parser(
     )  # fmt: skip
     v.add_argument("--out", required=True)
 
-    from gpu_check.vllm.plugin_bench import ARMS, DEFAULT_ARMS
+    from gpu_check.vllm.plugin_bench import add_parser as add_bench
 
-    pb = sub.add_parser(
-        "vllm-plugin-bench", help="tokens/s with the vLLM plugin off, watching, guarding (CUDA)"
-    )
-    pb.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
-    pb.add_argument("--vllm-version", default="", help="which carried vllm-<V>.zip (V1 runner)")
-    pb.add_argument(
-        "--rounds", type=_count(100), default=6,
-        help="rounds; each runs every arm once, the order rotated per round",
-    )  # fmt: skip
-    pb.add_argument("--configs", default="16:0", help="MAX_NUM_SEQS[:GPU_DELAY_US],...")
-    pb.add_argument(
-        "--arms", default=DEFAULT_ARMS,
-        help=f"comma list of {', '.join(ARMS)} (off is required: each arm is compared to it)",
-    )  # fmt: skip
-    pb.add_argument("--mode", choices=("align", "none"), default="align",
-                    help="mamba_cache_mode (the guards edit the align path)")  # fmt: skip
-    pb.add_argument("--num-requests", type=_count(10**6), default=192)
-    pb.add_argument("--output-range", default="8:160", help="MIN:MAX output tokens per request")
-    pb.add_argument("--k", type=_count(15), default=3, help="MTP draft tokens per step")
-    pb.add_argument("--seed", type=seed_arg, default=0)
-    pb.add_argument("--weights", default="zero", help="zero, dummy or gdn-bit (as vllm-run's)")
-    pb.add_argument(
-        "--time-limit", type=int_in(0, 10**6, "0..10^6"), default=0,
-        help="seconds from the start: no round begins that the slowest so far would not end "
-        "in (0: none)",
-    )  # fmt: skip
-    pb.add_argument("--out", required=True, help="folder for rounds.csv, summary.json, watch/")
+    add_bench(sub, _count, seed_arg, int_in)
 
     e = sub.add_parser("vllm-export", help="vllm-run raw records -> schedule, reads, timing")
     e.add_argument("raw", help="a raw_<mode>_<config>.json(.gz), or a folder with raw/")
