@@ -312,9 +312,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--max-num-seqs", type=int_in(1, 65_536, "1..65,536"), default=64)
     r.add_argument("--max-num-batched-tokens", type=int_in(1, 2**24, "1..2^24"), default=8192)
     r.add_argument("--platform", default="cuda", help="cuda or ascend")
-    r.add_argument("--ascend-branch", default="main",
-                   help=f"vllm-ascend: main (racy), its PyPI release {ASCEND_BRANCHES[1]} or "
-                   "the v0.23.0 branch (both with #13865)")
+    r.add_argument(
+        "--ascend-branch",
+        default="main",
+        help=f"vllm-ascend: main (racy), its PyPI release {ASCEND_BRANCHES[1]} or "
+        "the v0.23.0 branch (both with #13865)",
+    )
     r.add_argument("--mrv2-unsupported", action="append", default=[], metavar="FEATURE",
                    help="a feature of your config MRv2 lacks, as vLLM names it")  # fmt: skip
     r.add_argument("--patch", action="append", default=[], metavar="PR",
