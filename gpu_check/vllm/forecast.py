@@ -51,7 +51,7 @@ PI = (0.05, 0.95)  # the 90 % predictive interval
 COND_SEEDS = 5  # seeds of the gauge-conditioned central forecast
 SPREAD_MIN_PASSES = 3  # a configuration's passes for vLLM's own pass-to-pass spread
 
-TARGETS = {
+TARGETS: dict[str, Any] = {
     "coverage_min_per_regime": 0.80,
     "coverage_overall": [0.84, 0.96],
     "width_ratio_max": 1.25,

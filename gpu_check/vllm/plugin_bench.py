@@ -315,11 +315,11 @@ def plugin_arm(arm: str, runner: Any, watch_dir: Path) -> Iterator[str]:
             runner.__dict__.pop(name, None)
         restore_class(cls, saved)
         plugin._loaded.clear()
-        for k, v in old_env.items():
-            if v is None:
+        for k, was in old_env.items():
+            if was is None:
                 os.environ.pop(k, None)
             else:
-                os.environ[k] = v
+                os.environ[k] = was
     left = [n for o, b in zip(objs, before, strict=True) for n in sorted(shadowed(o) - b)]
     if left:
         raise BenchError(f"after the {arm} arm, instance hooks left: {', '.join(left)}")
