@@ -223,7 +223,7 @@ def _init(inputs: dict[str, Path]) -> None:
     from gpu_check.vllm import forward
 
     real = forward.forward_table
-    forward.forward_table = lambda c, cal, seeds=1: real(c[:2], cal, 1)
+    forward.forward_table = lambda c, cal, seeds=1, factors=None: real(c[:2], cal, 1, factors)
 
 
 def tables(records: list[dict]) -> str:

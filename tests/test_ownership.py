@@ -479,7 +479,9 @@ def _quick_forward(monkeypatch) -> None:
     from gpu_check.vllm import forward
 
     real = forward.forward_table
-    monkeypatch.setattr(forward, "forward_table", lambda c, cal, seeds=1: real(c[:2], cal, 1))
+    monkeypatch.setattr(
+        forward, "forward_table", lambda c, cal, seeds=1, factors=None: real(c[:2], cal, 1, factors)
+    )
 
 
 # -- a user's file added while the command runs ----------------------------------------------------
