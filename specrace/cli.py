@@ -6,13 +6,19 @@ import sys
 
 
 def _sim_commands() -> set[str]:
-    from sim.cli.main import build_parser
+    from sim.runs.ctrl_c import sigint_held
+
+    with sigint_held():  # Ctrl-C while importing is taken once the imports are whole
+        from sim.cli.main import build_parser
 
     return _choices(build_parser())
 
 
 def _gpu_commands() -> set[str]:
-    from gpu_check.__main__ import build_parser
+    from sim.runs.ctrl_c import sigint_held
+
+    with sigint_held():
+        from gpu_check.__main__ import build_parser
 
     return _choices(build_parser())
 

@@ -35,6 +35,8 @@ import traceback
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
+from sim.runs.ctrl_c import sigint_held
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -92,40 +94,12 @@ def context(preload: Sequence[str] = ()) -> Any:
 # ---- Ctrl-C around process starts ------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """SIGINT blocked in this thread for the block, and in the main thread taken only as the
-    block ends (its handler then runs: ``KeyboardInterrupt``). A process started in the block
-    is born with SIGINT blocked: the mask passes through fork and exec (the fork server's
-    children get it from the fork server). Where there are no signal masks (Windows), nothing
-    is held."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    handler = signal.getsignal(signal.SIGINT)
-    taken: list[int] = []
-    # Another thread may take a SIGINT meant for the process (the mask is per thread): the
-    # handler still runs in the main thread, where it is only noted until the block ends.
-    record = threading.current_thread() is threading.main_thread() and callable(handler)
-    if record:
-        signal.signal(signal.SIGINT, lambda signum, _frame: taken.append(signum))
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one held here runs the note-taker
-        if record:
-            signal.signal(signal.SIGINT, handler)
-            if taken and callable(handler):
-                handler(signal.SIGINT, None)
-
-
 def start(proc: Any) -> None:
     """``proc.start()`` with Ctrl-C held until the process has started. Cut off half way,
     a start leaves a process this one does not know (it waits for work forever) or one that
     reads half its arguments and prints a traceback. The process, and the fork server that
     the first start launches, are born with SIGINT blocked."""
-    with _sigint_held():
+    with sigint_held():
         if hasattr(signal, "pthread_sigmask"):
             from multiprocessing import resource_tracker
 
@@ -318,7 +292,7 @@ def _close(key: int, kill: bool) -> None:
     dropped). Waits until they have gone; Ctrl-C meanwhile is taken once they have (and a
     pool cut off half way is still listed, for :func:`stop_all`)."""
     pool = _POOLS.get(key, [])
-    with _sigint_held():
+    with sigint_held():
         for proc, conn in pool:
             conn.close()
             if kill and proc.pid is not None:
