@@ -17,8 +17,10 @@ A configuration's samples come from four sources of spread, in this order:
    gauge-conditioned central forecast of a configuration of *another* calibration group
    (leave-one-group-out), drawn from those whose unconditional forecast has the same regime
    (all of them where fewer than :data:`MIN_RESIDUALS`);
-4. **count noise**: the observed count is Binomial(reads of the observed pass, p), p the
-   sample's rate (smoothed over those reads) times the residual's rate ratio.
+4. **count noise**: carried by the residual (an observed count is a Binomial draw already), so
+   the rate is the sample's rate (smoothed over the observed pass's reads) times the
+   residual's rate ratio, unsmoothed; drawing Binomial(reads, p) on top, as the first version
+   did, counted that noise twice. Without residuals, the count is drawn Binomial.
 
 Every draw comes from ``np.random.default_rng`` seeded by the configuration's key
 (:func:`config_seed`): the same inputs give the same bytes.
@@ -134,6 +136,12 @@ def smoothed_rate(rate: Any, reads: Any) -> Any:
     return (rate * reads + 0.5) / (reads + 1.0)
 
 
+def unsmoothed_rate(p: Any, reads: Any) -> Any:
+    """The inverse of :func:`smoothed_rate`: the rate whose smoothed value over ``reads`` is
+    ``p`` (below 0 where ``p`` is under the 0.5-read floor)."""
+    return (p * (reads + 1.0) - 0.5) / reads
+
+
 def residual(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, float]:
     """Observed against a central forecast: log step ratio, entry-share difference, log rate
     ratio (both rates smoothed over the observed pass's reads: :func:`smoothed_rate`)."""
@@ -162,8 +170,9 @@ def predictive(
     draws: int = NOISE_DRAWS,
 ) -> dict[str, Any]:  # fmt: skip
     """Central value (median) and 90 % interval of rate, step (ms) and entry share: every sim
-    sample ``draws`` times with one residual row each (none: no model error) and the count
-    drawn Binomial(``n_reads``, p)."""
+    sample ``draws`` times with one residual row each. A residual already holds the observed
+    pass's count noise (Binomial over its reads), so it is not drawn a second time; without
+    residuals the count is drawn Binomial(``n_reads``, the sample's rate)."""
     rng = np.random.default_rng(seed)
     m = len(samples) * draws
     wrong = np.repeat([s["wrong"] for s in samples], draws).astype(float)
@@ -173,12 +182,14 @@ def predictive(
     e = residuals[rng.integers(0, len(residuals), size=m)] if len(residuals) else np.zeros((m, 3))
     step = step * np.exp(e[:, 0])
     entry = np.clip(entry + e[:, 1], 0.0, 1.0)
+    own = wrong / np.maximum(reads, 1.0)
     if len(residuals):
-        own = wrong / np.maximum(reads, 1.0)
+        # A residual is an observed pass's count against a central forecast: it carries that
+        # pass's count noise already, so the rate is the residual applied, not drawn again.
         p = np.clip(smoothed_rate(own, n_reads) * np.exp(e[:, 2]), 0.0, 1.0)
-    else:  # count noise alone: the sample's own rate
-        p = wrong / np.maximum(reads, 1.0)
-    rate = rng.binomial(n_reads, p) / n_reads
+        rate = np.clip(unsmoothed_rate(p, n_reads), 0.0, 1.0)
+    else:  # no model error: count noise alone, around the sample's own rate
+        rate = rng.binomial(n_reads, own) / n_reads
 
     def band(x: np.ndarray) -> dict[str, float]:
         lo, mid, hi = np.quantile(x, [PI[0], 0.5, PI[1]])

@@ -60,12 +60,27 @@ def test_count_noise_alone_covers_a_binomial_truth_about_90_percent() -> None:
     assert band["step"]["lo"] == band["step"]["hi"] == 20.0
 
 
+def test_a_residual_carries_the_count_noise_so_it_is_not_drawn_twice() -> None:
+    """A zero residual on a rate the samples agree on is that rate, not a Binomial spread
+    around it: the observed count behind a residual was a Binomial draw already."""
+    n = 4000
+    samples = [{"reads": n, "wrong": 40, "step_ms": 20.0, "entry": 1.0}] * 10
+    band = fc.predictive(samples, n, np.zeros((5, 3)), seed=7)
+    assert band["rate"]["lo"] == band["rate"]["hi"] == pytest.approx(0.01)
+    # a zero rate stays zero through the smoothing and back
+    zero = [{"reads": n, "wrong": 0, "step_ms": 20.0, "entry": 1.0}] * 10
+    assert fc.predictive(zero, n, np.zeros((5, 3)), seed=7)["rate"]["hi"] == 0.0
+    # a residual's rate ratio moves it: log 2 doubles the smoothed rate
+    up = fc.predictive(samples, n, np.array([[0.0, 0.0, np.log(2.0)]]), seed=7)["rate"]["mid"]
+    assert up == pytest.approx(fc.unsmoothed_rate(2 * fc.smoothed_rate(0.01, n), n), rel=1e-5)
+
+
 def test_the_same_inputs_give_the_same_forecast() -> None:
     samples = [
         {"reads": 5000, "wrong": w, "step_ms": 18.0 + w / 10, "entry": min(1.0, w / 60)}
         for w in (0, 12, 40, 55)
     ]
-    res = np.array([[0.05, -0.1, 0.3], [-0.02, 0.05, -0.4], [0.0, 0.0, 0.0]])
+    res = np.random.default_rng(5).normal(0.0, [0.05, 0.1, 0.4], size=(12, 3))
     seed = fc.config_seed("v0.24.0/align_s16_d15ms")
     assert seed == fc.config_seed("v0.24.0/align_s16_d15ms") != fc.config_seed("other")
     a = fc.predictive(samples, 4100, res, seed)
