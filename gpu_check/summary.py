@@ -1,4 +1,4 @@
-"""``python -m gpu_check summary``: the README's GPU tables, regenerated from ``data/bench``."""
+"""``python -m gpu_check summary``: docs/reference.md's GPU tables, from ``data/bench``."""
 
 from __future__ import annotations
 

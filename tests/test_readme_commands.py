@@ -1,4 +1,5 @@
-"""Every command in the README's ``sh`` blocks runs as written, in a fresh copy of the repo.
+"""Every command in the ``sh`` blocks of the README and docs/reference.md runs as written, in a
+fresh copy of the repo.
 
 A line whose comment is exactly ``# GPU`` needs a CUDA device: only its ``--help`` is run.
 Commands run with ``python`` the test's interpreter, in a copy of the tracked files, in chains:
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "README.md").read_text() + "\n" + (ROOT / "docs" / "reference.md").read_text()
 
 
 def readme_commands() -> list[str]:

@@ -16,7 +16,7 @@ PICTURE = "hazard_summary.png"
 
 # One line per column of sim.cli.main.print_table, in its order.
 LEGEND = (
-    ("policy", "the vLLM code path simulated (README: Policies; docs/policies.md)"),
+    ("policy", "the vLLM code path simulated (docs/policies.md)"),
     ("reads", "(step, request) consumptions of the previous step's accepted count"),
     ("cpu_wrong", "reads where the count the CPU built differs from the true count"),
     ("gpu_wrong", "reads where the GDN kernel consumed a wrong count (after the correction)"),

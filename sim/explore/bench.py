@@ -308,7 +308,7 @@ def main(
     sched_rates = _schedule_rates(scenario, steps)
     before = (
         f"'before' is the per-object builder of {SCHEDULE_BEFORE}, which predates the avoided "
-        "extra step of issue #22"
+        "extra step (vLLM's async skip of a request sure to reach max_tokens)"
         if "schedule_speedup" in sched_rates
         else f"not compared: no git history with {SCHEDULE_BEFORE} here"
     )

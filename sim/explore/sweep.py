@@ -422,8 +422,8 @@ def run_sweep(
 # 1-minute one): building a schedule, per step; the vector tier's per-step constant for each
 # (schedule, policy) call of several points (one point takes a path of its own, about a third
 # of it) and its rate over the points of a call; the SimPy tier's rate (a 100-point sweep of
-# 2,000-step runs under the 9 policies took 138 s serial: README, Speed), which `sweep`'s size
-# guard also assumes, and its constant per run.
+# 2,000-step runs under the 9 policies took 138 s serial: docs/reference.md, Speed), which
+# `sweep`'s size guard also assumes, and its constant per run.
 BUILD_S_PER_STEP = 2.0e-4
 VECTOR_S_PER_STEP = 4.5e-4
 VECTOR_POINT_STEPS_PER_S = 3e6

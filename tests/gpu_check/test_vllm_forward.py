@@ -153,11 +153,11 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_the_top_readme_quotes_the_committed_verdicts() -> None:
+def test_the_reference_quotes_the_committed_verdicts() -> None:
     import pandas as pd
 
     f = pd.read_csv(DATA / "forward" / "forward.csv")
-    readme = (DATA.parents[1] / "README.md").read_text()
+    readme = (DATA.parents[1] / "docs" / "reference.md").read_text()
     assert f"**{int(f['agrees'].sum())} of {len(f)} configurations**" in readme
     none = f[f["mode"] == "none"]
     assert none["agrees"].all() and f"all {len(none)} `none`" in readme

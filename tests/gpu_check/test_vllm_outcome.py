@@ -93,10 +93,10 @@ def test_the_write_up_carries_the_committed_arms_table():
     assert ab_markdown(doc) in (REPO / "docs/vllm-fixes.md").read_text()
 
 
-def test_the_readme_states_the_committed_ab_numbers():
+def test_the_reference_states_the_committed_ab_numbers():
     doc = json.loads((REPO / "data/vllm/ab/summary.json").read_text())
     arms = {(a["vllm"], a["mode"], a["patch"]): a for a in doc["arms"]}
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join((REPO / "docs" / "reference.md").read_text().split())
     before, after = arms[("0.23.0", "none", "none")], arms[("0.24.0", "none", "none")]
     assert f"**{before['wrong_gdn_at_transitions']:,} of {before['transitions']:,}**" in readme
     lo, hi = before["ci95"]
