@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 BASE_STAMP := $(VENV)/.base-stamp
 WHEELS := .cache/wheels/.extras-stamp
 
-.PHONY: demo test test-slow wheels conformance conformance-all calibrate-row-ops lint format golden bench figures clean
+.PHONY: notebooks demo test test-slow wheels conformance conformance-all calibrate-row-ops lint format golden bench figures clean
 
 bench: $(BASE_STAMP)
 	$(BIN)/python -m sim bench
@@ -32,6 +32,13 @@ $(STAMP): $(BASE_STAMP)
 		|| echo "make: chromium not installed: tests/test_report.py's browser tests will skip"; \
 	fi
 	touch $@
+
+# The three notebooks run top to bottom in a real kernel and stored with their outputs, so
+# their figures show where they are read (tests/test_notebooks.py checks both).
+notebooks: $(STAMP)
+	cd notebooks && for nb in *.ipynb; do \
+		PYTHONPATH=$(CURDIR) ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$$nb" \
+		|| exit 1; done
 
 demo: $(BASE_STAMP)
 	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force --brief --picture
