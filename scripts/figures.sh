@@ -12,11 +12,10 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$OUT"
 rm -f "$OUT"/*.png "$OUT"/*.svg
 
-# 1. The minimal race of docs/mechanism.md §9: step 4, R, under v0.23.0's synchronised gather,
-#    then the same step under every policy.
+# 1. The minimal race of docs/mechanism.md §9: step 4, R, under v0.23.0's synchronised gather
+#    (`sim timeline` without --policy stacks every policy: too tall for a page, not drawn here).
 $PY -m sim run --scenario minimal-race --out "$tmp/mr" > /dev/null
 $PY -m sim timeline "$tmp/mr" --policy synced-gather --out "$OUT/timeline"
-$PY -m sim timeline "$tmp/mr" --out "$OUT/timeline-policies"
 
 # 2. Phase diagram: consumed wrong counts over GPU forward time x worker launch cost.
 $PY -m sim sweep --scenario qwen35-mtp3 --policy all --steps 1000 --seeds 2 --quiet \

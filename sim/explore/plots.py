@@ -136,24 +136,30 @@ def phase_diagram(
     sweep: pd.DataFrame, x: str, y: str, what: str = "gpu_wrong", title: str = ""
 ) -> Figure:
     """The rate of ``what`` (``gpu_wrong``: consumed wrong counts) over two swept parameters as a
-    heat map, one panel per policy; each cell says its count, its reads, its rate and 95 %
-    interval (per 10,000 reads). Cells without one are grey."""
+    heat map, one panel per policy that has any (the others are named under the title, so the
+    figure reads at 900 px); each cell says its count and its rate with the 95 % interval per
+    10,000 reads, and the reads per cell are in the title (or in the cell where they differ).
+    Cells without one are grey."""
     if what not in ("gpu_wrong", "cpu_wrong"):
         raise SpecraceError(f"what={what!r}: gpu_wrong or cpu_wrong")
     rates = phase_rates(sweep, x, y)
-    policies = policy_order(rates["policy"].unique())
+    every = policy_order(rates["policy"].unique())
+    totals = rates.groupby("policy")[what].sum()
+    policies = [p for p in every if totals[p] > 0] or every[:1]
+    none = [p for p in every if p not in policies]
     xv = sorted(rates[x].unique())
     yv = sorted(rates[y].unique())
     xlabel, xs = param_axis(x, np.asarray(xv))
     ylabel, ys = param_axis(y, np.asarray(yv))
+    one_n = rates["reads"].nunique() == 1
     positive = rates.loc[rates[what] > 0, f"{what}_rate"] * PER
     norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if len(positive) else None
     if norm is not None and norm.vmin == norm.vmax and norm.vmin is not None:
         norm = LogNorm(vmin=norm.vmin / 2, vmax=norm.vmin * 2)
-    ncols = 2 if len(policies) == 4 else min(len(policies), 3)
+    ncols = min(len(policies), 2)
     nrows = -(-len(policies) // ncols)
-    panel_w, panel_h = 1.15 * len(xv) + 0.9, 0.62 * len(yv) + 1.0
-    fig = Figure(figsize=(ncols * panel_w + 1.6, nrows * panel_h + 1.1), layout="constrained")
+    panel_w, panel_h = 0.82 * len(xv) + 0.7, 0.5 * len(yv) + 0.9
+    fig = Figure(figsize=(ncols * panel_w + 1.3, nrows * panel_h + 1.3), layout="constrained")
     axes = np.atleast_2d(fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False))
     image = None
     for ax, policy in zip(axes.flat, policies, strict=False):
@@ -166,16 +172,13 @@ def phase_diagram(
             rate = k / n * PER if n else np.nan
             grid[i, j] = rate if k > 0 else np.nan
             lo, hi = getattr(r, f"{what}_lo") * PER, getattr(r, f"{what}_hi") * PER
+            count = f"{k:,}" if one_n else f"{k:,} / {n:,}"
+            text = f"{count}\n{_num(rate)} [{_num(lo)}, {_num(hi)}]" if k else count
             ax.text(
-                j,
-                i,
-                f"{k:,} / {n:,}\n{_num(rate)} [{_num(lo)}, {_num(hi)}]",
-                ha="center",
-                va="center",
-                fontsize=7,
+                j, i, text, ha="center", va="center", fontsize=6.5,
                 # White on the darkest cells.
                 color="white" if norm is not None and k > 0 and norm(rate) > 0.65 else "black",
-            )
+            )  # fmt: skip
         if norm is not None:
             image = ax.imshow(grid, cmap="YlOrRd", norm=norm, origin="lower", aspect="auto")
         ax.set_xlim(-0.5, len(xv) - 0.5)
@@ -202,12 +205,22 @@ def phase_diagram(
         cb.minorticks_off()
         cb.set_ticks(ticks, labels=[_num(t) for t in ticks])
     name = dict(PANELS)[what]
-    fig.suptitle(
-        f"{title or name}\nper cell: count / reads, rate [95 % CI] per {PER:,} reads; grey: none"
-        f"\n{sweep_title(sweep)}",
-        fontsize=10,
-    )
+    per_cell = f"{int(rates['reads'].iloc[0]):,} reads per cell; " if one_n else ""
+    lines = [
+        title or name,
+        f"per cell: count, rate [95 % CI] per {PER:,} reads; {per_cell}grey: none",
+        sweep_title(sweep),
+    ]
+    if none:
+        lines.append(_wrap(f"none in any cell: {', '.join(none)}", 90))
+    fig.suptitle("\n".join(lines), fontsize=9)
     return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def _attr(df: pd.DataFrame, col: str) -> str:
