@@ -67,7 +67,8 @@ def _dispatch(args: list[str]) -> int:
             [gpu[args[0]], *args[1:]], prog="specrace", names={v: k for k, v in gpu.items()}
         )
     if args and args[0] in ("-h", "--help"):
-        print(__doc__.splitlines()[0])
+        print("specrace: is your vLLM handing a GDN model a wrong accepted count? One command for")
+        print("the simulator (python -m sim) and the GPU checks (python -m gpu_check).")
         print(f"model (python -m sim): {', '.join(sorted(sim_cmds))}")
         print(f"GPU (python -m gpu_check): {', '.join(sorted(gpu))}")
         print("specrace COMMAND --help for each; specrace --version")

@@ -44,7 +44,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, did_you_mean
 from sim.explore.swarm import draw_timing
 from sim.explore.sweep_points import finished, write_unit
 from sim.model.params import Scenario, load_scenario, parse_value, with_overrides
@@ -311,7 +311,8 @@ def terminal_log(quiet: bool = False) -> Callable[[str], None]:
 def _prepare(spec: SweepSpec, out: Path, log: Callable[[str], None]) -> None:
     for name in spec.policies:
         if name not in POLICIES:
-            raise SpecraceError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+            hint = did_you_mean(name, POLICIES)
+            raise SpecraceError(f"unknown policy {name!r}{hint} (known: {', '.join(POLICIES)})")
     if spec.engine not in ENGINES:
         raise SpecraceError(f"--engine {spec.engine!r}: expected {' or '.join(ENGINES)}")
     spec_path = out / "sweep.json"

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, did_you_mean
 from sim.model.counts_buffer import gather
 
 
@@ -272,7 +272,8 @@ def named(name: str, async_off: bool = True) -> Policy:
         return POLICIES[name]
     except KeyError:
         known = ", ".join([*POLICIES, *([ASYNC_OFF] if async_off else [])])
-        raise SpecraceError(f"unknown policy {name!r} (known: {known}, all)") from None
+        hint = did_you_mean(name, [*POLICIES, *([ASYNC_OFF] if async_off else []), "all"])
+        raise SpecraceError(f"unknown policy {name!r}{hint} (known: {known}, all)") from None
 
 
 def select(text: str, async_off: bool = False, many: bool = True) -> tuple[Policy, ...]:

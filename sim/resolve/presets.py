@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, did_you_mean
 
 H200_BYTES_PER_S = 4.3e12  # D2D copy measured on the H200 we use (data/bench: 4223 GB/s)
 H200_BF16_FLOP_PER_S = 788e12  # 8192^3 bf16 matmul measured on that H200 (2026-11)
@@ -89,5 +89,6 @@ def get_preset(name: str) -> ModelPreset:
         return PRESETS[name]
     except KeyError:
         raise SpecraceError(
-            f"--model {name!r}: unknown model preset (known: {', '.join(PRESETS)})"
+            f"--model {name!r}: unknown model preset{did_you_mean(name, PRESETS)} "
+            f"(known: {', '.join(PRESETS)})"
         ) from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, did_you_mean
 from sim.model.policies import NO_SPEC, POLICIES
 from sim.resolve.presets import get_preset
 from sim.resolve.release_facts import (
@@ -87,7 +87,8 @@ class VllmSetup:
                     "(before 0.23.0 the async accepted-count path differs)"
                 )
             raise SpecraceError(
-                f"--vllm {self.vllm}: unknown release (known: {', '.join(RELEASES)})"
+                f"--vllm {self.vllm}: unknown release{did_you_mean(self.vllm, RELEASES)} "
+                f"(known: {', '.join(RELEASES)})"
             )
         for name, value, allowed in (
             ("--runner", self.runner, RUNNERS),
