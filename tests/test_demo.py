@@ -100,3 +100,29 @@ def test_the_readme_demo_picture_is_make_demos(tmp_path: Path) -> None:
     # One count changed (26 -> 27 in a label) moves a block by 0.08; the same run by 0.
     diff = np.abs(blocks(got) - blocks(want)).max()
     assert diff < 0.05, f"docs/images/demo.png is stale (block diff {diff:.3f}): make figures"
+
+
+def test_a_streamed_brief_run_has_the_short_header_and_the_legend(tmp_path: Path) -> None:
+    r = sim("run", "--stream", "--policy", "align", "--steps", "300", "--brief",
+            "--out", str(tmp_path / "s"))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.split()[:2] == ["policy", "reads"])
+    assert i <= 4 and lines[0] == "SEED=0", lines[:i]  # four lines, not every parameter
+    assert "columns:" in lines
+    assert r.stderr == ""  # not a terminal: no progress line
+
+
+def test_the_stream_progress_line_says_steps_rate_and_time_left(capsys) -> None:
+    from sim.cli.brief import StreamProgress
+
+    p = StreamProgress(on=True, after_s=0.0)
+    p(1024, 4096)
+    p.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\r1,024 / 4,096 steps, ") and " steps/s, " in err
+    assert err.rstrip(" \n").endswith("s left")
+    quiet = StreamProgress(on=False)
+    quiet(1024, 4096)
+    quiet.close()
+    assert capsys.readouterr().err == ""

@@ -64,6 +64,30 @@ class Progress:
             print(f" {time.perf_counter() - self.t0:.1f} s", file=sys.stderr, flush=True)
 
 
+class StreamProgress:
+    """``run --stream``'s life sign on a terminal: one line on stderr rewritten as batches are
+    written (steps done, steps/s, time left), closed with a newline. Quiet when stderr is not
+    a terminal (a log, a pipe, a test) and for runs of a few seconds."""
+
+    def __init__(self, on: bool | None = None, after_s: float = 2.0) -> None:
+        self.on = sys.stderr.isatty() if on is None else on
+        self.after_s, self.t0, self.shown = after_s, time.perf_counter(), False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.t0
+        if not self.on or elapsed < self.after_s or not done:
+            return
+        rate = done / elapsed
+        left = (total - done) / rate if rate else 0.0
+        print(f"\r{done:,} / {total:,} steps, {rate:,.0f} steps/s, {left:.0f} s left  ",
+              end="", file=sys.stderr, flush=True)  # fmt: skip
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)
+
+
 def print_legend() -> None:
     width = max(len(k) for k, _ in LEGEND)
     print("columns:")

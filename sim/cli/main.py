@@ -212,9 +212,17 @@ def run_stream(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
         seed, steps = args.seed, args.steps or scenario.default_steps
     note = check_scenario_policy(scenario.engine, name)
+    from sim.cli import brief
+
+    progress = brief.StreamProgress()
     with fresh_output_dir(Path(args.out), args.force) as tmp:
-        print_parameters(scenario, seed)
-        print(f"policy={name} steps={steps} stream=true")
+        if args.brief:  # four lines, as a run without --stream
+            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
+            origin = "built-in" if origin.startswith("built-in") else origin
+            brief.print_header(scenario, origin, seed, steps, [name], args.timing, args.set)
+        else:
+            print_parameters(scenario, seed)
+            print(f"policy={name} steps={steps} stream=true")
         summary = run_streaming(
             tmp,
             scenario,
@@ -224,8 +232,12 @@ def run_stream(args: argparse.Namespace) -> int:
             schedule_format="parquet",
             source=source,
             workers=0 if args.workers is None else args.workers,
+            progress=progress,
         )
+        progress.close()
     tables.show(args.table_format, run_rows([summary]), lambda: print_table([summary]))
+    if args.brief:
+        brief.print_legend()
     if note:
         print(f"note: {note}")
     if args.json:

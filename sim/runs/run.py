@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sim.model import schedule as schedule_mod
@@ -125,6 +126,7 @@ def run_streaming(
     source: OpenSource | None = None,
     workers: int = 1,
     stats: dict | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict:
     """One policy over ``steps`` steps in bounded memory: the schedule (``schedule.json``,
     the same bytes as :func:`sim.model.schedule.dumps`, or with ``schedule_format``
@@ -135,7 +137,8 @@ def run_streaming(
     ``workers``: 1 builds (or reads) and writes the schedule in this process; 2 in a second
     one, beside the simulation (:mod:`sim.runs.step_source`); 0 decides from the step count
     and the cores. The same bytes whichever. ``stats``, if given, gets the second process's
-    peak RSS (``schedule_process_peak_rss_kib``). Returns the summary (that of
+    peak RSS (``schedule_process_peak_rss_kib``). ``progress(done, total)``, if given, is
+    called as each batch of reads is written. Returns the summary (that of
     :func:`sim.model.reads.summarize`)."""
     if schedule_format not in ("json", "parquet"):
         raise ValueError(f"schedule_format {schedule_format!r}")
@@ -145,6 +148,12 @@ def run_streaming(
 
     def simulate(head: Schedule, steps_in: Iterable[StepRecord], n: int, reads_tmp: Path) -> None:
         with _ParquetSink(reads_tmp) as sink:
+
+            def on_reads(table: pa.Table) -> None:
+                sink(table)
+                if progress is not None and table.num_rows:
+                    progress(int(pc.max(table["step"]).as_py()) + 1, n)
+
             res = simulate_points(
                 head,
                 [scenario.timing],
@@ -154,7 +163,7 @@ def run_streaming(
                 keep_timing=False,
                 steps=steps_in,
                 n_steps=n,
-                on_reads=sink,
+                on_reads=on_reads,
                 batch_steps=batch_steps,
             )
         summary.update(res.summaries[0])
