@@ -279,10 +279,11 @@ def schedule_step_kv(
 
     Capacity ``engine.kv_cache_capacity_tokens`` = usable blocks * B (vLLM's pool less its
     null block). Every comparison is ``tokens > capacity`` so sim.explore.check's probe sees
-    each sum. Prefix-cache sharing of blocks between requests is not counted."""
+    each sum. Prefix-cache sharing of blocks between requests is not counted.
+
+    The running pass is :func:`_schedule_running_kv` (its preemption
+    :func:`_preempt_until_fits`), the waiting pass :func:`_schedule_waiting_kv`."""
     budget = eng.max_num_batched_tokens
-    cap = eng.kv_cache_capacity_tokens
-    bs = eng.kv_block_size
     block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
     used = int(st.blocks[running.ids].sum()) if running.ids else 0
     skip: set[int] = set()
@@ -291,6 +292,40 @@ def schedule_step_kv(
         sure = rules.sure_to_finish(st, r, out_arr)
         if sure is not None:
             skip = set(r[sure].tolist())
+    items, prefill_sched, preempted, budget, used = _schedule_running_kv(
+        st, running, waiting, eng, k, skip, budget, used, block
+    )
+    new_ids: list[str] = []
+    new_pos: list[int] = []
+    if not preempted:  # a step that preempts admits nobody
+        sched_running = bool(items)
+        new_ids, new_pos = _schedule_waiting_kv(
+            st, running, waiting, eng, k, budget, used, block, items, sched_running, prefill_sched
+        )
+    if not items:
+        return _empty_batch(), new_ids, new_pos
+    return Batch(*_part(st, items)), new_ids, new_pos
+
+
+def _schedule_running_kv(
+    st: ReqStates,
+    running: Running,
+    waiting: deque[int],
+    eng: EngineParams,
+    k: int,
+    skip: set[int],
+    budget: int,
+    used: int,
+    block: int,
+) -> tuple[list[tuple[int, int, int, bool]], bool, bool, int, int]:
+    """``schedule()``'s pass over ``self.running`` under a KV limit, in order while the token
+    budget lasts: each request (but those in ``skip``, sure to finish under async
+    scheduling) wants the rest of its prefill (cut to whole mamba blocks in align mode) or
+    1 + k, and allocates the KV blocks it lacks, preempting from the end of the running list
+    if they do not fit (:func:`_preempt_until_fits`). Returns the scheduled ``(request,
+    drafts, tokens, samples)``, whether one of them is in prefill, whether any request was
+    preempted, and the token budget and the KV blocks used after the pass."""
+    bs, cap = eng.kv_block_size, eng.kv_cache_capacity_tokens
     items: list[tuple[int, int, int, bool]] = []  # (request, drafts, tokens, samples)
     was_prefill: list[bool] = []  # per scheduled running request
     preempted = False
@@ -309,19 +344,11 @@ def schedule_step_kv(
             j += 1
             continue
         need = max(0, -(-(nc + want + k) // bs) - int(st.blocks[i]))
-        fits = True
-        while (used + need) * bs > cap:
-            v = ids.pop()
-            running._arr = None
-            used -= int(st.blocks[v])
-            preempt(st, v)
-            waiting.appendleft(v)
+        if (used + need) * bs > cap:
             preempted = True
-            if v == i:
-                fits = False
+            used, fits = _preempt_until_fits(st, running, waiting, i, need, used, bs, cap)
+            if not fits:
                 break
-        if not fits:
-            break
         st.blocks[i] += need
         used += need
         prefill = nc < tgt
@@ -329,11 +356,57 @@ def schedule_step_kv(
         items.append((i, 0 if prefill else want - 1, want, not prefill or nc + want >= tgt))
         budget -= want
         j += 1
+    return items, any(was_prefill), preempted, budget, used
+
+
+def _preempt_until_fits(
+    st: ReqStates,
+    running: Running,
+    waiting: deque[int],
+    i: int,
+    need: int,
+    used: int,
+    bs: int,
+    cap: int,
+) -> tuple[int, bool]:
+    """vLLM's preemption for running request ``i``, whose ``need`` new blocks do not fit:
+    the last running request is preempted (``self.running.pop()``, its blocks freed, prepended
+    to the waiting queue, num_computed 0) until they fit or ``i`` itself was preempted.
+    Returns the blocks used after it, and whether ``i`` is still running."""
+    while (used + need) * bs > cap:
+        v = running.ids.pop()
+        running._arr = None
+        used -= int(st.blocks[v])
+        preempt(st, v)
+        waiting.appendleft(v)
+        if v == i:
+            return used, False
+    return used, True
+
+
+def _schedule_waiting_kv(
+    st: ReqStates,
+    running: Running,
+    waiting: deque[int],
+    eng: EngineParams,
+    k: int,
+    budget: int,
+    used: int,
+    block: int,
+    items: list[tuple[int, int, int, bool]],
+    sched_running: bool,
+    prefill_sched: bool,
+) -> tuple[list[str], list[int]]:
+    """``schedule()``'s pass over the waiting queue under a KV limit: admit requests in order
+    while the budget lasts and fewer than ``max_num_seqs`` run, each only if its whole
+    sequence so far fits (``full_sequence_must_fit``) and then its chunk + k; a resumed
+    request recomputes everything appended so far; the first that does not fit stops
+    admission. Appends the admitted to ``items``; returns the new (not resumed) requests'
+    ids and batch positions."""
+    bs, cap = eng.kv_block_size, eng.kv_cache_capacity_tokens
     new_ids: list[str] = []
     new_pos: list[int] = []
-    sched_running = bool(items)
-    prefill_sched = any(was_prefill)
-    while waiting and not preempted and budget > 0 and len(running) < eng.max_num_seqs:
+    while waiting and budget > 0 and len(running) < eng.max_num_seqs:
         i = waiting[0]
         if st.preempted[i]:  # recompute everything appended so far
             st.prefill_target[i] = st.prompt_len[i] + st.generated[i]
@@ -365,10 +438,7 @@ def schedule_step_kv(
         st.preempted[i] = False
         items.append((i, pad_drafts if pad else 0, want, nc + want >= tgt))
         budget -= want
-    if not items:
-        z = np.zeros(0, dtype=np.int64)
-        return Batch(z, z, z, z, z, np.zeros(0, dtype=bool)), new_ids, new_pos
-    return Batch(*_part(st, items)), new_ids, new_pos
+    return new_ids, new_pos
 
 
 def _part(st: ReqStates, items: list[tuple[int, int, int, bool]]) -> tuple:
