@@ -197,3 +197,13 @@ def test_plot_cli_draws_a_replay_table_by_named_landings(tmp_path: Path) -> None
     assert r.returncode == 2 and r.stderr == (
         "error: a replay table: give --req R --step N (e.g. --req R --step 4)\n"
     )
+
+
+def test_a_count_policies_share_at_one_point_is_labelled_once() -> None:
+    df = grid()
+    twin = df[df["policy"] == "unsynced"].assign(policy="align")
+    fig = hazard_plot(pd.concat([df, twin]))
+    labels = [t.get_text() for t in fig.axes[1].texts]
+    # unsynced and align both consumed 6 and 12 and 18 at the three points: one label each
+    assert sorted(labels) == ["12", "18", "6"]
+    assert all(t.get_color() == "black" for t in fig.axes[1].texts)

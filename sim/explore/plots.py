@@ -73,6 +73,10 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
     span = (xs.max() - xs.min()) or max(abs(xs.max()), 1.0)
     handles: list[Line2D] = []
     for ax, (what, panel_title) in zip(axes, PANELS, strict=True):
+        # A count several policies share at one x is labelled once, in black, not once each
+        # (three labels "203" on top of each other read as one smudge).
+        counts = rates[rates[what] > 0].groupby([x, what])["policy"].nunique()
+        labelled: set[tuple[float, int]] = set()
         for i, policy in enumerate(policies):
             g = rates[rates["policy"] == policy].sort_values(x)
             # Dodge each policy by 1.5 % of the range: equal series sit side by side.
@@ -105,9 +109,15 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
             if not swarm:
                 # Staggered by policy, so equal counts of two policies do not print on each other.
                 dy = (6, -12, 15, -21, 24, -30)[i % 6]
-                for xi, yi, ki in zip(gx[seen], y[seen], k[seen], strict=True):
+                raw = g[x].to_numpy()[seen]
+                for xr, xi, yi, ki in zip(raw, gx[seen], y[seen], k[seen], strict=True):
+                    if (xr, int(ki)) in labelled:
+                        continue
+                    labelled.add((xr, int(ki)))
+                    shared = counts.get((xr, ki), 1) > 1
                     ax.annotate(f"{int(ki):,}", (xi, yi), textcoords="offset points",
-                                xytext=(5, dy), fontsize=7, color=color)  # fmt: skip
+                                xytext=(5, dy), fontsize=7,
+                                color="black" if shared else color)  # fmt: skip
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(label)
         ax.set_yscale("log")
