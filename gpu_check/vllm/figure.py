@@ -101,7 +101,9 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
         ax.axvspan(lo, max(hi, lo + 1), color="#c44e52", alpha=0.25,
                    label="step N's copy lands (between polls)")  # fmt: skip
     t_read = (int(s["t_read"]) - t_start) / 1e3
-    ax.axvline(t_read, color="k", ls="--", lw=1, label="_prepare_inputs reads the counts")
+    ax.axvline(
+        t_read, color="k", ls="--", lw=1, label="the runner reads the counts (_prepare_inputs)"
+    )  # no leading _: legend hides it
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_yticks([])
     ax.set_xlabel("µs since _update_states began")
@@ -112,8 +114,9 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
     ax.set_title(
         title
         or (
-            f"vLLM {raw.get('vllm_version', '?')} {raw['mode']}, step {int(read['step'])}: "
-            f"{read['req_id']} (row {int(read['prev_row'])} -> {int(read['row'])}) read "
+            f"vLLM {raw.get('vllm_version', '?')}, mamba_cache_mode={raw['mode']}, step "
+            f"{int(read['step'])}: request {read['req_id']} (row {int(read['prev_row'])} -> "
+            f"{int(read['row'])}) read "
             f"{int(read['gpu_value'])}, its count was {int(read['true_count'])}"
         ),
         fontsize=9,
