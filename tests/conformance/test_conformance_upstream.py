@@ -92,9 +92,9 @@ def patched_runner_source(source: str, patch: Patch) -> str:
     return "".join(lines)
 
 
-def patched_tree(tree: Path, patch: Patch, dest: Path) -> Path:
+def patched_tree(tree: Path, runner_text: str, dest: Path) -> Path:
     """Links to every entry of ``tree`` except the folders down to the runner module, which
-    are real folders of links, and the module itself, which is the patched copy."""
+    are real folders of links, and the module itself, which is ``runner_text``."""
     src, dst = tree, dest
     dst.mkdir()
     for part in (*RUNNER.parts[:-1], None):
@@ -105,7 +105,7 @@ def patched_tree(tree: Path, patch: Patch, dest: Path) -> Path:
             break
         src, dst = src / part, dst / part
         dst.mkdir()
-    (dest / RUNNER).write_text(patched_runner_source((tree / RUNNER).read_text(), patch))
+    (dest / RUNNER).write_text(runner_text)
     return dest
 
 
@@ -126,9 +126,12 @@ def arm_runs(tmp_path_factory) -> Iterator[dict[str, Future[RunResult]]]:
     runs serially, so started together they use the machine's other cores (on 2 cores:
     46 s one after another against 28 s for the file). Each test waits for its own arm."""
     work = tmp_path_factory.mktemp("arms")
+    source = (VLLM_TREE / RUNNER).read_text()
+    texts = {arm: patched_runner_source(source, PATCHES[arm]) for arm in ARMS if arm != NONE}
     with ThreadPoolExecutor(max_workers=len(ARMS) + 1) as pool:
         probe = pool.submit(_probe)
-        runs = {arm: pool.submit(run_generated, work / arm, arm) for arm in ARMS}
+        runs = {arm: pool.submit(run_generated, work / arm, arm, texts.get(arm, ""))
+                for arm in ARMS}  # fmt: skip
         proc = probe.result()
         if proc.returncode:  # (the arms, all started, are waited for as the pool closes)
             last = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -145,9 +148,12 @@ def _env(tree: Path) -> dict[str, str]:
 RunResult = tuple[dict[str, str], dict[str, str], str]
 
 
-def run_generated(work: Path, arm: str) -> RunResult:
+def run_generated(work: Path, arm: str, runner_text: str = "") -> RunResult:
     """The generated test's outcome per landing id (passed, failed, error, skipped), the
-    failure message per failed id, and the tail of pytest's output."""
+    failure message per failed id, and the tail of pytest's output. ``runner_text``: the
+    arm's patched runner module (made beforehand in the main thread: CPython 3.11's
+    ``ast.parse`` is not thread-safe, and two at once once raised "SystemError: AST
+    constructor recursion depth mismatch" in CI)."""
     work.mkdir()
     (work / "pytest.ini").write_text("[pytest]\n")
     test = work / "test_align_accepted_counts.py"
@@ -155,7 +161,7 @@ def run_generated(work: Path, arm: str) -> RunResult:
     tree = VLLM_TREE
     if arm != NONE:
         patch = PATCHES[arm]
-        tree = patched_tree(VLLM_TREE, patch, work / "vllm-tree")
+        tree = patched_tree(VLLM_TREE, runner_text, work / "vllm-tree")
         if patch.private_buffer:
             (work / "conftest.py").write_text(PRIVATE_BUFFER_CONFTEST)
     junit = work / "junit.xml"
@@ -199,7 +205,8 @@ def test_generated_test_fails_unpatched_and_passes_with_each_fix(arm_runs, arm):
 
 def test_patched_tree_changes_only_the_runner(tmp_path):
     patch = PATCHES["sync-before-moves"]
-    tree = patched_tree(VLLM_TREE, patch, tmp_path / "t")
+    text = patched_runner_source((VLLM_TREE / RUNNER).read_text(), patch)
+    tree = patched_tree(VLLM_TREE, text, tmp_path / "t")
     assert (tree / "vllm" / "__init__.py").resolve() == (VLLM_TREE / "vllm/__init__.py").resolve()
     assert (tree / "vllm/v1/worker/gpu_input_batch.py").is_symlink()
     runner = tree / RUNNER
