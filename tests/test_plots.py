@@ -112,6 +112,8 @@ def test_phase_diagram_draws_the_policies_that_have_one_and_names_the_others() -
     assert "none in any cell: device-authoritative, private-buffer" in fig.get_suptitle()
     # every cell has the same reads: they are said once, in the title, not in each cell
     assert "60,000 reads per cell" in fig.get_suptitle()
+    # a grey cell still has its interval: 0 of 60,000 reads is at most 0.64 per 10,000
+    assert "grey: none seen (at most 0.64, 95 %)" in fig.get_suptitle()
     cells = [t.get_text() for t in panels[0].texts]
     assert len(cells) == 3 * 2
     assert "18\n3 [1.9, 4.7]" in cells  # 9 ms: 9 per seed, per 10,000 reads

@@ -101,9 +101,10 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
         ax.axvspan(lo, max(hi, lo + 1), color="#c44e52", alpha=0.25,
                    label="step N's copy lands (between polls)")  # fmt: skip
     t_read = (int(s["t_read"]) - t_start) / 1e3
+    # The label must not begin with "_": matplotlib's legend leaves such an entry out.
     ax.axvline(
         t_read, color="k", ls="--", lw=1, label="the runner reads the counts (_prepare_inputs)"
-    )  # no leading _: legend hides it
+    )
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_yticks([])
     ax.set_xlabel("µs since _update_states began")

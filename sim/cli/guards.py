@@ -222,9 +222,8 @@ def bench_s(steps: int, points: int, vector_steps: int, long_steps: int, sweep: 
     """``sim bench``'s CPU time, from its own rates measured here: the SimPy tier ~8,000 steps/s
     (and as long again for bare SimPy and the schedule rates), 8 sampled points at ~6,000
     point-steps/s, the vector tier ~10^6 point-steps/s, the long runs ~1,000 streamed steps/s
-    (docs/reference.md Speed: 10^6 steps in 542-1,017 s); ``--sweep``: 100 points of 2,000
-    steps took ~35 s over
-    its three tiers."""
+    (docs/reference.md, Speed: 10^6 steps in 542-1,017 s); ``--sweep``: 100 points of 2,000
+    steps took ~35 s over its three tiers."""
     if sweep:
         return sweep * steps * 2e-4
     return (3 * steps / 8_000 + 8 * vector_steps / 6_000 + points * vector_steps / 1e6

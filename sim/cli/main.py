@@ -147,9 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = brief.Progress(len(names), on=args.brief and len(names) > 1)
     with fresh_output_dir(out, args.force) as tmp:
         if args.brief:
-            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
-            origin = "built-in" if origin.startswith("built-in") else origin
-            brief.print_header(scenario, origin, sched.seed, steps, names, args.timing, args.set)
+            brief.print_header(scenario, _origin(args), sched.seed, steps, names, args.timing,
+                               args.set)  # fmt: skip
         else:
             print_parameters(scenario, sched.seed)
             print(f"policy={args.policy} steps={steps}")
@@ -188,6 +187,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _origin(args: argparse.Namespace) -> str:
+    """Where ``--brief``'s header says the run's scenario came from."""
+    origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
+    return "built-in" if origin.startswith("built-in") else origin
+
+
 def run_stream(args: argparse.Namespace) -> int:
     """``run --stream``: one policy in bounded memory (:func:`sim.runs.run.run_streaming`):
     schedule.parquet, reads.parquet in row groups, meta.json; no trace."""
@@ -217,9 +222,7 @@ def run_stream(args: argparse.Namespace) -> int:
     progress = brief.StreamProgress()
     with fresh_output_dir(Path(args.out), args.force) as tmp:
         if args.brief:  # four lines, as a run without --stream
-            origin = f"schedule {args.schedule}" if args.schedule else scenario_path(args.scenario)
-            origin = "built-in" if origin.startswith("built-in") else origin
-            brief.print_header(scenario, origin, seed, steps, [name], args.timing, args.set)
+            brief.print_header(scenario, _origin(args), seed, steps, [name], args.timing, args.set)
         else:
             print_parameters(scenario, seed)
             print(f"policy={name} steps={steps} stream=true")

@@ -8,6 +8,7 @@ Every rate is drawn with its 95 % Wilson interval and its count.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -216,21 +217,17 @@ def phase_diagram(
         cb.set_ticks(ticks, labels=[_num(t) for t in ticks])
     name = dict(PANELS)[what]
     per_cell = f"{int(rates['reads'].iloc[0]):,} reads per cell; " if one_n else ""
+    zeros = rates.loc[rates[what] == 0, f"{what}_hi"] * PER
+    grey = f"grey: none seen (at most {_num(zeros.max())}, 95 %)" if len(zeros) else "grey: none"
     lines = [
         title or name,
-        f"per cell: count, rate [95 % CI] per {PER:,} reads; {per_cell}grey: none",
+        f"per cell: count, rate [95 % CI] per {PER:,} reads; {per_cell}{grey}",
         sweep_title(sweep),
     ]
     if none:
-        lines.append(_wrap(f"none in any cell: {', '.join(none)}", 90))
+        lines.append(textwrap.fill(f"none in any cell: {', '.join(none)}", 90))
     fig.suptitle("\n".join(lines), fontsize=9)
     return fig
-
-
-def _wrap(text: str, width: int) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width))
 
 
 def _attr(df: pd.DataFrame, col: str) -> str:

@@ -9,7 +9,6 @@ the file.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import tomllib
@@ -21,7 +20,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
-from sim.errors import SpecraceError
+from sim.errors import SpecraceError, did_you_mean
 
 MambaCacheMode = Literal["none", "all", "align"]
 MambaSplitRule = Literal["chunk", "boundary", "lookahead"]
@@ -346,14 +345,9 @@ def _resolve(name_or_path: str, folder: str, what: str) -> tuple[str, str, str]:
     builtin = _builtin(folder)
     if name_or_path not in builtin:
         known = ", ".join(sorted(builtin))
-        hint = _near(name_or_path, builtin)
+        hint = did_you_mean(name_or_path, builtin)
         raise SpecraceError(f"unknown {what} {name_or_path!r}{hint} (built-in: {known})")
     return builtin[name_or_path].read_text(), name_or_path, f"built-in {what} {name_or_path}"
-
-
-def _near(word: str, candidates) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
-    return f"; did you mean {', '.join(close)}?" if close else ""
 
 
 def scenario_path(name_or_path: str) -> str:
@@ -392,7 +386,7 @@ def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
         known = {f.name for f in fields(TimingParams)}
         for key, value in timing.items():
             if key not in known:
-                raise SpecraceError(f"{origin}: unknown key timing.{key}{_near(key, known)}")
+                raise SpecraceError(f"{origin}: unknown key timing.{key}{did_you_mean(key, known)}")
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise SpecraceError(f"{origin}: timing.{key} must be a number, got {value!r}")
         out.update({f"timing.{k}": json.dumps(v) for k, v in timing.items()})
@@ -466,12 +460,12 @@ def _apply_override(raw: dict[str, Any], key: str, text: str) -> None:
     if len(parts) != 2 or parts[0] not in _SECTION_CLASSES:
         raise SpecraceError(
             f"--set {key}: expected section.key with section engine|workload|timing"
-            f"{_near(key, parameter_keys())}"
+            f"{did_you_mean(key, parameter_keys())}"
         )
     known = {f.name for f in fields(_SECTION_CLASSES[parts[0]])}
     if parts[1] not in known:
         raise SpecraceError(
-            f"--set {key}: unknown key{_near(key, parameter_keys())} "
+            f"--set {key}: unknown key{did_you_mean(key, parameter_keys())} "
             f"(python -m sim params lists them)"
         )
     raw.setdefault(parts[0], {})[parts[1]] = parse_value(text)
