@@ -34,11 +34,9 @@ $(STAMP): $(BASE_STAMP)
 	touch $@
 
 # The three notebooks run top to bottom in a real kernel and stored with their outputs, so
-# their figures show where they are read (tests/test_notebooks.py checks both).
+# their figures show where they are read, the same bytes on a rerun (tests/test_notebooks.py).
 notebooks: $(STAMP)
-	cd notebooks && for nb in *.ipynb; do \
-		PYTHONPATH=$(CURDIR) ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$$nb" \
-		|| exit 1; done
+	$(BIN)/python scripts/run_notebooks.py
 
 demo: $(BASE_STAMP)
 	$(BIN)/python -m sim run --scenario qwen35-mtp3 --policy all --seed 0 --out out/demo --force --brief --picture

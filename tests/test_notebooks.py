@@ -159,3 +159,19 @@ def test_a_reply_left_unread_by_a_lost_wake_up_is_read_within_a_slice() -> None:
     later = LostWakeUp(t0 + 1.1)
     assert asyncio.run(_sliced(later.get_msg)(timeout=None)) == {"msg": "reply"}
     assert later.polls >= 3
+
+
+def test_stored_notebooks_get_stable_widget_ids() -> None:
+    """`make notebooks` renumbers the widgets' random model ids by first appearance, so a rerun
+    gives the same bytes; a 64-digit hash (a signature) is left whole."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "run_notebooks", ROOT / "scripts" / "run_notebooks.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b, sig = "9b5280105b6a43229d202336102122e2", "188cd116c6b543d7b850bd8587b94e51", "ab" * 32
+    text = f'"model_id": "{b}", "IPY_MODEL_{a}", "{b}", "{sig}"'
+    assert mod.stable_ids(text) == (f'"model_id": "{1:032x}", "IPY_MODEL_{a}", "{1:032x}", "{sig}"')
