@@ -257,3 +257,78 @@ def test_drain_judges_landed_steps_only_and_never_waits(tmp_path):
     w.drain()
     assert w.skipped == 1 and w.judged == 1
     assert json.loads(json.dumps(w.totals()))["wrong"] == 2
+
+
+class _Stack:
+    """What :class:`gpu_check.vllm.instrument.Hooks` keeps, without torch."""
+
+    def __init__(self, tag: str, calls: list[str]) -> None:
+        from gpu_check.vllm.instrument import Hooks
+
+        self.h = Hooks.__new__(Hooks)
+        self.h._saved = []
+        self.tag, self.calls = tag, calls
+
+    def on(self, obj, name: str):
+        def factory(orig):
+            def hook(*a, **k):
+                self.calls.append(self.tag)
+                return orig(*a, **k)
+
+            return hook
+
+        self.h._hook(obj, name, factory)
+        return self.h
+
+
+def test_stacked_hooks_come_off_in_reverse_leaving_the_object_as_it_was():
+    class Obj:
+        def f(self):
+            return "orig"
+
+    o, calls = Obj(), []
+    lower = _Stack("recorder", calls).on(o, "f")
+    upper = _Stack("watch", calls).on(o, "f")
+    assert o.f() == "orig" and calls == ["watch", "recorder"]
+    upper.uninstall()
+    calls.clear()
+    assert o.f() == "orig" and calls == ["recorder"]  # the lower hook is back, not deleted
+    lower.uninstall()
+    assert "f" not in vars(o) and o.f() == "orig"
+
+
+def test_a_watch_arming_under_another_recorder_sees_each_step_once(fake_vllm, monkeypatch):
+    """vllm-run --watch: the recorder's instance hook over the armed class; at the first step
+    the watch installs over it. No hook may run twice for one step (the first included)."""
+    from specrace.plugin import watch as watch_mod
+
+    _vllm, cls = fake_vllm
+    calls: list[str] = []
+
+    class FakeWatch:
+        def __init__(self, runner, cfg, version):
+            self.runner, self.stack = runner, _Stack("watch", calls)
+
+        def _execute_model(self, orig):
+            def hook(*a, **k):
+                calls.append("watch")
+                return orig(*a, **k)
+
+            return hook
+
+        def install(self):
+            self.stack.h._hook(self.runner, "execute_model", self._execute_model)
+            return self
+
+    monkeypatch.setattr(watch_mod, "LiveWatch", FakeWatch)
+    monkeypatch.setenv("SPECRACE_WATCH", "1")
+    plugin.register()
+    runner = cls()
+    recorder = _Stack("recorder", calls).on(runner, "execute_model")
+    for step in range(3):
+        calls.clear()
+        assert runner.execute_model(None) == "ran"
+        assert sorted(calls) == ["recorder", "watch"], (step, calls)
+    runner._specrace_watch.stack.h.uninstall()
+    recorder.uninstall()
+    assert "execute_model" not in vars(runner)

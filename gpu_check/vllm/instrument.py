@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 now = time.perf_counter_ns
+_NONE = object()  # no instance attribute of that name before a hook
 
 
 class Hooks:
@@ -56,16 +57,22 @@ class Hooks:
         self.sleep_cycles = 0  # the GPU delay: a spin on the stream per step
         if gpu_delay_us:
             self.sleep_cycles = int(gpu_delay_us * 1000 / (ns_per_cycle or calibrate_sleep()))
-        self._saved: list[tuple[Any, str]] = []
+        self._saved: list[tuple[Any, str, Any]] = []
 
     def _hook(self, obj: Any, name: str, factory) -> None:
         orig = getattr(obj, name)
+        below = getattr(obj, "__dict__", {}).get(name, _NONE)  # another recorder's hook
         setattr(obj, name, factory(orig))
-        self._saved.append((obj, name))
+        self._saved.append((obj, name, below))
 
     def uninstall(self) -> None:
-        for obj, name in reversed(self._saved):
-            delattr(obj, name)
+        """Remove this recorder's hooks; a hook it was installed over is put back, so two
+        recorders on one runner (the plugin's watch over ``vllm-run``'s) come off in reverse."""
+        for obj, name, below in reversed(self._saved):
+            if below is _NONE:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, below)
         self._saved.clear()
 
 

@@ -34,8 +34,9 @@ def arm(cls: type, cfg: Any, version: str) -> None:
                 self._specrace_watch = LiveWatch(self, cfg, version).install()
             except Exception as e:  # a watch that cannot arm leaves the runner as it is
                 LOG.warning("specrace: watch not armed: %s: %s", type(e).__name__, e)
-            if self._specrace_watch is not None:
-                return self._specrace_watch.runner.execute_model(*args, **kwargs)
+            if self._specrace_watch is not None:  # this step through the watch's hook, once
+                return self._specrace_watch._execute_model(
+                    functools.partial(orig, self))(*args, **kwargs)  # fmt: skip
         return orig(self, *args, **kwargs)
 
     setattr(cls, "execute_model", execute_model)  # noqa: B010

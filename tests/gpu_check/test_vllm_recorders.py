@@ -54,8 +54,8 @@ def test_recorders_share_their_setup_and_undo_their_hooks(fake_torch, cls, v2, r
     assert [m for m in fake_torch if m[0] == (16, 8)] and len(fake_torch) == rings
     assert all(pin for _s, _d, pin in fake_torch)  # the rings are pinned host memory
     rec.install()
-    hooked = [name for _obj, name in rec._saved]
-    assert "execute_model" in hooked and all(name in vars(o) for o, name in rec._saved)
+    hooked = [name for _obj, name, _below in rec._saved]
+    assert "execute_model" in hooked and all(name in vars(o) for o, name, _b in rec._saved)
     rec.uninstall()
     assert rec._saved == [] and "execute_model" not in vars(runner)
     assert cls(runner, level="lite", gpu_delay_us=0, max_steps=16).sleep_cycles == 0
