@@ -115,9 +115,8 @@ def build_parser(
     v = sub.add_parser("vllm-run", help="real vLLM in-process on the GPU, instrumented (CUDA)")
     _vllm_workload_args(v)
     v.add_argument("--carry", default=os.environ.get("SPECRACE_VLLM_CARRY", ".vllmcarry"))
-    v.add_argument(
-        "--vllm-version", default="", help="which carried vllm-<V>.zip (default: newest)"
-    )
+    v.add_argument("--vllm-version", default="", help="a carried vllm-<V>.zip (default: newest)")
+    v.add_argument("--watch", action="store_true", help="the plugin's watch in every pass too")
     v.add_argument("--repeat-baseline", action="store_true", help="baseline again after")
     v.add_argument("--no-baseline", action="store_true", help="skip the uninstrumented pass")
     v.add_argument(

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_check.vllm.watch_check import text as watch_text
 from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord
@@ -167,6 +168,8 @@ def compare_dir(folder: Path) -> dict[str, Any]:
         policy = get_policy(PATCHES[meta["patch"]].sim_policy)
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
+    if (folder / "watch.json").is_file():  # vllm-run --watch: the plugin's verdict on the same run
+        rep["watch"] = read_json(folder / "watch.json", "vllm-export's watch.json")
     atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))
     atomic_write_text(folder / "agreement.json", json.dumps(rep, indent=2, default=int) + "\n")
     return rep
@@ -186,4 +189,5 @@ def report_text(rep: dict[str, Any]) -> str:
             f"close calls (< 100 us): {rep['close_call_steps']} steps, "
             f"{rep['close_call_agree']}/{rep['close_call_reads']} reads agree",
         ]
+        + ([watch_text(rep["watch"])] if "watch" in rep else [])
     )

@@ -372,6 +372,11 @@ def export_run(raw_path: Path, out: Path) -> dict[str, Any]:
     atomic_write_text(out / "schedule.json", dumps(schedule))
     _parquet(reads, out / "observed_vllm.parquet")
     _parquet(table, out / "steps_vllm.parquet")
+    if "watch" in raw:  # vllm-run --watch: the plugin's wrong reads against these
+        from gpu_check.vllm.watch_check import compare
+
+        ids = [int(s["step"]) for s in prepared_steps(raw)]
+        atomic_write_text(out / "watch.json", json.dumps(compare(raw, reads, ids), indent=2) + "\n")
     summary = summarize(raw, reads, table)
     atomic_write_text(out / "export.json", json.dumps(summary, indent=2) + "\n")
     return summary

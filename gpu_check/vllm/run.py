@@ -38,6 +38,7 @@ import os
 import re
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,7 @@ def run_config(
     version: str,
     repeat_baseline: bool = False,
     weights_name: str = "zero",
+    watch: bool = False,
 ) -> dict:
     from gpu_check.vllm.consequence import acceptance_histogram
     from gpu_check.vllm.instrument import Recorder
@@ -286,6 +288,7 @@ def run_config(
 
     runner = _runner(llm)
     v2 = is_v2_runner(runner)
+    watch = watch and not v2  # MRv2 keeps the counts on the GPU: the plugin does nothing there
     if v2:
         Recorder = RecorderV2  # type: ignore[assignment,misc]  # noqa: N806
     set_concurrency(llm, cfg.max_num_seqs)
@@ -299,15 +302,23 @@ def run_config(
 
         llm.reset_prefix_cache()
         fix = patches.install(runner, cfg.patch)  # before the hooks, which wrap what it set
-        try:
-            rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle).install()
+        with ExitStack() as stack:
+            if watch and level == "full":  # the plugin's class hook first, under the recorder
+                from gpu_check.vllm.watch_check import watched
+
+                pw = stack.enter_context(watched(runner, out / "watch" / f"{mode}_{cfg.name}"))
             try:
-                stats = drive(llm, reqs, f"{tag}{cfg.name}-", tokens)
+                rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle)
+                rec.install()
+                try:
+                    stats = drive(llm, reqs, f"{tag}{cfg.name}-", tokens)
+                    if watch and level == "full":  # the watch's hooks lie over the recorder's
+                        result["watch"] = pw.finish()
+                finally:
+                    rec.uninstall()
             finally:
-                rec.uninstall()
-        finally:
-            if fix is not None:
-                fix.uninstall()
+                if fix is not None:
+                    fix.uninstall()
         steps = rec.finish()
         return stats | {"runner_steps": len(steps), **_interval_stats(steps)}, steps
 
@@ -344,6 +355,9 @@ def run_config(
     }
     if weights_name != "zero":  # unzeroed weights only: a default record keeps its keys
         raw["weights"] = weights_name
+    if "watch" in result:  # vllm-run --watch: the plugin's watch beside the recorder
+        raw["watch"] = result["watch"]
+        result["watch"] = {k: v for k, v in result["watch"].items() if k != "wrong_reads"}
     path = out / f"raw_{mode}_{cfg.name}.json"
     atomic_write_text(path, json.dumps(raw, separators=(",", ":")) + "\n")  # listed as ours
     result["raw"] = path.name
@@ -413,10 +427,13 @@ def run(
     repeat_baseline: bool = False,
     weights_name: str = "zero",
     reference: bool = False,
+    watch: bool = False,
 ) -> dict:
     """Every mode x every configuration; one summary.json. Errors are recorded, not hidden.
-    With ``reference``, each mode's engine is followed by one with async scheduling off that
-    runs every configuration's requests once more (:func:`run_reference`)."""
+    With ``watch``, every instrumented V1 pass also runs the plugin's watch
+    (:mod:`gpu_check.vllm.watch_check`). With ``reference``, each mode's engine is followed
+    by one with async scheduling off that runs every configuration's requests once more
+    (:func:`run_reference`)."""
     from gpu_check.environment import environment
     from gpu_check.vllm import c_ops
     from gpu_check.vllm.instrument import calibrate_sleep
@@ -454,9 +471,8 @@ def run(
         entry["warmup_s"] = round(time.time() - t, 1)
         for cfg in configs:
             try:
-                res = run_config(
-                    llm, cfg, mode, out, ns_per_cycle, version, repeat_baseline, weights_name
-                )
+                res = run_config(llm, cfg, mode, out, ns_per_cycle, version, repeat_baseline,
+                                 weights_name, watch)  # fmt: skip
             except Exception as e:  # noqa: BLE001
                 summary["errors"].append(
                     {"mode": mode, "config": cfg.name, "error": repr(e)[:2000]}
@@ -614,5 +630,6 @@ def main_run(args: Any) -> int:
         plan, Path(args.out), k=args.k, version=version, repeat_baseline=args.repeat_baseline,
         weights_name=getattr(args, "weights", "zero"),
         reference=getattr(args, "reference", "none") == "async-off",
+        watch=getattr(args, "watch", False),
     )  # fmt: skip
     return 1 if summary["errors"] else 0

@@ -1,0 +1,121 @@
+"""The plugin's watch inside ``vllm-run``, checked read for read against the recorder (issue 46).
+
+``vllm-run --watch`` arms the watch exactly as a server's ``SPECRACE_WATCH=1`` does
+(``specrace.plugin.register()`` on the runner class) in every instrumented pass, under
+``vllm-run``'s own recorder: the class is armed first, the recorder's hooks go on the runner,
+and at the pass's first step the watch installs its hooks over the recorder's. Both see the
+same steps; the recorder keeps everything for the export, the watch judges as it goes and
+keeps only its wrong reads. After the pass the device is synchronized, the watch judges what
+is left, its hooks come off (then the recorder's), and its wrong reads go into the raw record.
+
+``vllm-export`` then writes ``watch.json``: the watch's wrong reads against the reads the export
+observed wrong, keyed by (engine step, request, count consumed, true count), and the reads
+each side counted. ``equal`` is the issue's criterion: the same wrong reads, no step skipped,
+and as many reads judged as the export has.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KEYS = ("step", "req_id", "consumed", "true_count")
+KEPT = (*KEYS, "row", "prev_row", "cpu_value", "kind", "land_pos")  # per wrong read, in raw
+
+
+class PassWatch:
+    """The watch of one pass; :meth:`finish` after the pass's requests are done."""
+
+    def __init__(self, runner: Any, state: str) -> None:
+        self.runner, self.state = runner, state
+
+    def finish(self) -> dict[str, Any]:
+        """Synchronize, let the watch judge the rest, take its hooks off (they lie over the
+        recorder's), and return its totals and wrong reads."""
+        import torch
+
+        from gpu_check.vllm.plugin_bench import watch_totals
+
+        torch.cuda.synchronize()
+        totals = watch_totals(self.runner)
+        watch = self.runner.__dict__.get("_specrace_watch")
+        if watch is not None:
+            watch.uninstall()
+        if totals is None:
+            return {"state": self.state, "armed": False}
+        jsonl, _summary = totals.pop("_files")
+        wrong = []
+        if jsonl.is_file():
+            for line in jsonl.read_text().splitlines():
+                w = json.loads(line)
+                wrong.append({k: w[k] for k in KEPT})
+        return {"state": self.state, "armed": True, **totals, "wrong_reads": wrong}
+
+
+@contextmanager
+def watched(runner: Any, folder: Path) -> Iterator[PassWatch]:
+    """The plugin loaded with ``SPECRACE_WATCH=1`` (out: ``folder``) for one pass; enter it
+    before the recorder installs, call ``finish`` before the recorder uninstalls."""
+    from gpu_check.vllm.plugin_bench import plugin_arm
+
+    with plugin_arm("watch", runner, folder) as state:
+        if state != "installed":
+            raise RuntimeError(f"vllm-run --watch: the plugin did not install ({state})")
+        yield PassWatch(runner, state)
+
+
+def compare(raw: dict[str, Any], reads: pd.DataFrame, step_ids: list[int]) -> dict[str, Any]:
+    """The watch's wrong reads of ``raw`` against the export's observed reads (``reads``, whose
+    ``step`` indexes ``step_ids``, the engine steps that built inputs)."""
+    w = raw["watch"]
+    ids = np.asarray(step_ids, dtype=np.int64)
+    align = raw["mode"] == "align"
+    obs = reads[reads["wrong"]]
+    value = obs["cpu_value"] if align else obs["gpu_value"]
+    observed = {
+        (int(ids[n]), str(r), int(c), int(t))
+        for n, r, c, t in zip(obs["step"], obs["req_id"], value, obs["true_count"], strict=True)
+    }
+    watch = {tuple(x[k] for k in KEYS) for x in w.get("wrong_reads", [])}
+    only_watch = sorted(watch - observed)
+    only_observed = sorted(observed - watch)
+    equal = (
+        bool(w.get("armed"))
+        and not only_watch
+        and not only_observed
+        and int(w.get("watch_skipped_steps", 0)) == 0
+        and int(w.get("watch_reads", -1)) == len(reads)
+    )
+    return {
+        "schema": "specrace.watch_check",
+        "mode": raw["mode"],
+        "config": raw["config"]["name"],
+        "vllm_version": raw.get("vllm_version", ""),
+        **({"patch": raw["patch"]} if raw.get("patch", "none") != "none" else {}),
+        "armed": bool(w.get("armed")),
+        "reads_observed": int(len(reads)),
+        "reads_watched": int(w.get("watch_reads", 0)),
+        "steps_watched": int(w.get("watch_steps", 0)),
+        "steps_skipped": int(w.get("watch_skipped_steps", 0)),
+        "wrong_observed": len(observed),
+        "wrong_watched": len(watch),
+        "wrong_both": len(watch & observed),
+        "only_watch": [list(x) for x in only_watch[:8]],
+        "only_observed": [list(x) for x in only_observed[:8]],
+        "equal": equal,
+    }
+
+
+def text(rep: dict[str, Any]) -> str:
+    verdict = "equal" if rep["equal"] else "NOT equal"
+    return (
+        f"watch: {verdict}: wrong {rep['wrong_watched']} watched, {rep['wrong_observed']} "
+        f"observed, {rep['wrong_both']} both; reads {rep['reads_watched']} watched of "
+        f"{rep['reads_observed']}; {rep['steps_skipped']} steps skipped"
+    )

@@ -1,0 +1,55 @@
+"""vllm-run --watch's check (gpu_check.vllm.watch_check): the plugin's wrong reads against the
+reads vllm-export observed, keyed by engine step, request and both counts."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gpu_check.vllm.watch_check import compare, text
+
+
+def _reads(rows):
+    cols = ["step", "req_id", "cpu_value", "gpu_value", "true_count", "wrong"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _raw(mode, wrong_reads, reads=3, skipped=0, armed=True):
+    return {
+        "mode": mode, "config": {"name": "s16_d0ms"}, "vllm_version": "0.33.0",
+        "watch": {"armed": armed, "watch_reads": reads, "watch_steps": 2,
+                  "watch_skipped_steps": skipped, "wrong_reads": wrong_reads},
+    }  # fmt: skip
+
+
+# export steps 0, 1, 2 are engine steps 0, 2, 3 (engine step 1 built no inputs)
+STEP_IDS = [0, 2, 3]
+READS = _reads([(1, "a", 4, 4, 1, True), (1, "b", 2, 2, 2, False), (2, "a", 1, 1, 1, False)])
+
+
+def _w(step, req, consumed, true):
+    return {"step": step, "req_id": req, "consumed": consumed, "true_count": true}
+
+
+def test_the_same_wrong_reads_on_the_engines_steps_are_equal():
+    rep = compare(_raw("align", [_w(2, "a", 4, 1)]), READS, STEP_IDS)
+    assert rep["equal"] and (rep["wrong_both"], rep["reads_observed"]) == (1, 3)
+    assert text(rep).startswith("watch: equal: wrong 1 watched, 1 observed, 1 both")
+
+
+def test_a_wrong_read_on_the_export_index_instead_of_the_engine_step_is_not_equal():
+    rep = compare(_raw("align", [_w(1, "a", 4, 1)]), READS, STEP_IDS)
+    assert not rep["equal"]
+    assert rep["only_watch"] == [[1, "a", 4, 1]] and rep["only_observed"] == [[2, "a", 4, 1]]
+
+
+def test_a_missed_read_a_skipped_step_or_a_watch_that_did_not_arm_is_not_equal():
+    assert not compare(_raw("align", []), READS, STEP_IDS)["equal"]
+    assert not compare(_raw("align", [_w(2, "a", 4, 1)], skipped=1), READS, STEP_IDS)["equal"]
+    assert not compare(_raw("align", [_w(2, "a", 4, 1)], reads=2), READS, STEP_IDS)["equal"]
+    assert not compare(_raw("align", [_w(2, "a", 4, 1)], armed=False), READS, STEP_IDS)["equal"]
+
+
+def test_none_mode_compares_the_value_the_gpu_consumed():
+    reads = _reads([(1, "a", 1, 4, 1, True)])
+    assert compare(_raw("none", [_w(2, "a", 4, 1)], reads=1), reads, STEP_IDS)["equal"]
+    assert not compare(_raw("none", [_w(2, "a", 1, 1)], reads=1), reads, STEP_IDS)["equal"]
