@@ -301,12 +301,12 @@ def run_config(
         from gpu_check.vllm import patches
 
         llm.reset_prefix_cache()
-        fix = patches.install(runner, cfg.patch)  # before the hooks, which wrap what it set
         with ExitStack() as stack:
-            if watch and level == "full":  # the plugin's class hook first, under the recorder
-                from gpu_check.vllm.watch_check import watched
+            if watch and level == "full":  # the plugin's class hook first: it restores the
+                from gpu_check.vllm.watch_check import watched  # class as found, so before the fix
 
                 pw = stack.enter_context(watched(runner, out / "watch" / f"{mode}_{cfg.name}"))
+            fix = patches.install(runner, cfg.patch)  # before the hooks, which wrap what it set
             try:
                 rec = Recorder(runner, level, cfg.gpu_delay_us, ns_per_cycle=ns_per_cycle)
                 rec.install()
