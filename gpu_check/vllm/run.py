@@ -38,6 +38,7 @@ import os
 import re
 import sys
 import time
+import traceback
 from contextlib import ExitStack
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -457,7 +458,8 @@ def run(
         try:
             llm, info = build_llm(engine, MODEL_DIR)
         except Exception as e:  # noqa: BLE001 - recorded; the next mode may still run
-            summary["errors"].append({"mode": mode, "stage": "LLM()", "error": repr(e)[:2000]})
+            summary["errors"].append({"mode": mode, "stage": "LLM()", "error": repr(e)[:2000],
+                                      "trace": traceback.format_exc()[-3000:]})  # fmt: skip
             log(f"{mode}: LLM() failed: {e!r}")
             _dump(summary, out)
             continue
