@@ -8,9 +8,10 @@ The GPU machine has torch, triton, numpy, pandas and transformers but no vLLM an
 - ``whl/``: the small pure-Python or manylinux wheels ``import vllm`` needs that the image lacks,
   pinned (pydantic, fastapi, openai, msgspec, pyzmq, cbor2, compressed-tensors, ...), and simpy;
 - ``stubs/``: import stubs written by :func:`write_stubs` for the structured-output backends
-  (xgrammar, llguidance, outlines_core, lmformatenforcer). vLLM imports them at start-up; their
-  classes are inert (they construct and return more inert objects). Guided decoding is off;
-  the run does not use it;
+  (xgrammar, llguidance, outlines_core, lmformatenforcer) and, from 0.34.0, the CuTeDSL
+  packages (cutlass, quack, cuda-python's ``cuda`` where the image lacks it). vLLM imports
+  them at start-up; their classes are inert (they construct and return more inert objects).
+  Guided decoding is off and the tiny model runs no CuTeDSL kernel; the run uses neither;
 - ``src/``: this project's ``sim`` and ``gpu_check`` trees, put first on ``PYTHONPATH``.
 
 :func:`prepare` (on the GPU machine) installs the wheels into a folder, unpacks the vLLM tree,
@@ -36,7 +37,15 @@ STUB_PACKAGES = (
     "outlines_core.json_schema",
     "lmformatenforcer",
     "lmformatenforcer.integrations",
+    # 0.34.0 requires nvidia-cutlass-dsl and quack-kernels (hundreds of MB) and imports them at
+    # start-up on CUDA, even for a model with no CuTeDSL kernel (model_executor/warmup/
+    # kernel_warmup.py imports the MiniMax-M3 warmup, whose kernel modules import cutlass)
+    "cutlass",
+    "quack",
 )
+# Roots made only by the finder, never as a file: a real package of that name wins (the finder
+# runs after the normal ones), e.g. cuda-python's ``cuda.bindings`` where the image has it.
+FINDER_ONLY_ROOTS = ("cuda",)
 
 STUB_SOURCE = '''"""specrace import stub: a structured-output backend, not carried (never used).
 
@@ -52,9 +61,30 @@ __version__ = "0.0.0+specrace-stub"
 _ROOTS = {ROOTS!r}
 
 
-class _Missing:
-    """Inert: vLLM 0.33.0 builds some of these at import time (vllm/parser/harmony.py), so
-    construction, attributes and calls give more inert objects; nothing here does any work."""
+class _Meta(type):
+    """A missing name is a class: it constructs, subclasses, decorates (``@cute.jit``), is
+    subscripted in annotations (``cutlass.Constexpr[int]``) and has more such names as
+    attributes (``cute.nvgpu.cpasync``)."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Meta(name, (_Missing,), {{"__module__": cls.__module__}})
+
+    def __getitem__(cls, item):
+        return cls
+
+    def __or__(cls, other):
+        return cls
+
+    __ror__ = __or__
+
+
+class _Missing(metaclass=_Meta):
+    """Inert: vLLM 0.33.0 builds some of these at import time (vllm/parser/harmony.py), and
+    0.34.0's CuTeDSL kernel modules define kernels at import time, so construction,
+    attributes, calls, subscripts and arithmetic give more inert objects; nothing here does any
+    work."""
 
     def __init__(self, *args, **kwargs):
         pass
@@ -67,11 +97,21 @@ class _Missing:
     def __call__(self, *args, **kwargs):
         return _Missing()
 
+    def __getitem__(self, item):
+        return _Missing()
+
+    def _op(self, *other):
+        return _Missing()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _op
+    __floordiv__ = __mod__ = __pow__ = __lshift__ = __rshift__ = __and__ = __or__ = _op
+    __xor__ = __neg__ = __invert__ = __rand__ = __ror__ = _op
+
 
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    return type(name, (_Missing,), {{"__module__": __name__}})
+    return _Meta(name, (_Missing,), {{"__module__": __name__}})
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -121,7 +161,7 @@ def write_stubs(dest: Path) -> list[Path]:
     for pkg in STUB_PACKAGES:
         d = dest.joinpath(*pkg.split("."))
         d.mkdir(parents=True, exist_ok=True)
-        roots = sorted({p.split(".")[0] for p in STUB_PACKAGES})
+        roots = sorted({p.split(".")[0] for p in STUB_PACKAGES} | set(FINDER_ONLY_ROOTS))
         (d / "__init__.py").write_text(STUB_SOURCE.format(ROOTS=roots))
         out.append(d / "__init__.py")
     return out
