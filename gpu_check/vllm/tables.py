@@ -259,8 +259,12 @@ def configs_markdown(rows: list[dict[str, Any]]) -> str:
 
 def write_tables(root: Path) -> tuple[Path, Path, Path]:
     from gpu_check.store import write_csv
+    from gpu_check.vllm.watch_check import rows as watch_rows
 
     rows, timing = results(root)
+    watched = watch_rows(root)
+    if watched:  # vllm-run --watch passes: the plugin's wrong reads against the export's
+        write_csv(watched, root / "watch.csv")
     return (
         write_csv(rows, root / "results.csv"),
         write_csv(timing, root / "timing.csv"),

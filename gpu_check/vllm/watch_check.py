@@ -119,3 +119,18 @@ def text(rep: dict[str, Any]) -> str:
         f"observed, {rep['wrong_both']} both; reads {rep['reads_watched']} watched of "
         f"{rep['reads_observed']}; {rep['steps_skipped']} steps skipped"
     )
+
+
+ROW_KEYS = ("vllm_version", "config", "mode", "patch", "armed", "reads_observed", "reads_watched",
+            "steps_watched", "steps_skipped", "wrong_observed", "wrong_watched", "wrong_both",
+            "equal")  # fmt: skip
+
+
+def rows(root: Path) -> list[dict[str, Any]]:
+    """One row per ``watch.json`` under ``root`` (``<run>/<pass>/watch.json``), sorted."""
+    out = []
+    for path in sorted(root.glob("*/*/watch.json")):
+        rep = json.loads(path.read_text())
+        out.append({"run": path.parent.parent.name}
+                   | {k: rep.get(k, "none" if k == "patch" else "") for k in ROW_KEYS})  # fmt: skip
+    return out

@@ -53,3 +53,25 @@ def test_none_mode_compares_the_value_the_gpu_consumed():
     reads = _reads([(1, "a", 1, 4, 1, True)])
     assert compare(_raw("none", [_w(2, "a", 4, 1)], reads=1), reads, STEP_IDS)["equal"]
     assert not compare(_raw("none", [_w(2, "a", 1, 1)], reads=1), reads, STEP_IDS)["equal"]
+
+
+def test_rows_collect_every_pass_of_every_run(tmp_path):
+    import json
+
+    from gpu_check.vllm.watch_check import rows
+
+    passes = (("align_s16_d0ms", None), ("align_s16_d0ms_private-d2h", "private-d2h"))
+    for name, patch in passes:
+        run = "v0.33.0-watch"
+        d = tmp_path / run / name
+        d.mkdir(parents=True)
+        raw = _raw("align", [_w(2, "a", 4, 1)] if patch is None else [])
+        if patch:
+            raw["patch"] = patch
+        rep = compare(raw, READS if patch is None else READS.assign(wrong=False), STEP_IDS)
+        (d / "watch.json").write_text(json.dumps(rep))
+    got = rows(tmp_path)
+    assert [(r["run"], r["patch"], r["wrong_watched"], r["equal"]) for r in got] == [
+        ("v0.33.0-watch", "none", 1, True),
+        ("v0.33.0-watch", "private-d2h", 0, True),
+    ]
