@@ -509,9 +509,9 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
             raise UsageError(f"{args.dir}: no exported run under it (export.json, as "
                              "gpu_check vllm-export writes)")  # fmt: skip
         if args.markdown:
-            from gpu_check.vllm.tables import configs_markdown, summary_markdown
+            from gpu_check.vllm.tables import markdown
 
-            return summary_markdown(rows) + "\n" + configs_markdown(rows)
+            return markdown(folder, rows)
         if args.json:
             return json.dumps(rows, indent=2)
         return render(args.table_format, rows, lambda: format_table(rows, RESULT_COLUMNS[:16]))

@@ -244,6 +244,34 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
     return {"results": results, "checks": checks}
 
 
+def cost_markdown(summary: dict[str, Any]) -> str:
+    """Each arm of each configuration of a bench's ``summary.json``: tokens/s and the paired
+    ratio to ``off`` (``vllm-compare DIR --markdown`` on a folder holding ``bench-*/``)."""
+    env = summary.get("environment", {})
+    out = [
+        f"vLLM {summary.get('vllm_version', '?')}, {env.get('device', '?')}, "
+        f"{summary.get('rounds_done', '?')} rounds, commit {str(env.get('git_commit', '?'))[:7]}",
+        "",
+        "| config | arm | median tokens/s | ratio to off: median (min-max) | 95 % CI of the "
+        "median | rounds | wrong reads seen by the watch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for cfg, arms in summary.get("results", {}).items():
+        for arm, e in arms.items():
+            r = e.get("ratio_to_off")
+            ratio = ci = rounds = ""
+            if r and r.get("median") is not None:
+                ratio = f"{r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+                b = r.get("bootstrap95_median")
+                ci = f"{b[0]:.3f}-{b[1]:.3f}" if b else ""
+                rounds = str(r["rounds"])
+            w = e.get("watch")
+            wrong = f"{w['wrong']} in {w['reads']:,} reads" if w else ""
+            tps = e.get("median_tokens_per_s", "")
+            out.append(f"| {cfg} | {arm} | {tps} | {ratio or 1} | {ci} | {rounds} | {wrong} |")
+    return "\n".join(out) + "\n"
+
+
 def rounds_csv(rows: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")

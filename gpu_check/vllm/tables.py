@@ -257,6 +257,22 @@ def configs_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def markdown(root: Path, rows: list[dict[str, Any]]) -> str:
+    """``vllm-compare ROOT --markdown``: the agreement tables; where ``ROOT`` holds them, the
+    plugin's watch against each export (``watch.json``) and its cost (``bench-*/summary.json``)."""
+    from gpu_check.vllm.plugin_bench import cost_markdown
+    from gpu_check.vllm.watch_check import markdown as watch_markdown
+    from gpu_check.vllm.watch_check import rows as watch_rows
+
+    out = summary_markdown(rows) + "\n" + configs_markdown(rows)
+    watched = watch_rows(root)
+    if watched:
+        out += "\n" + watch_markdown(watched)
+    for path in sorted(root.glob("bench-*/summary.json")):
+        out += "\n" + cost_markdown(_json(path, "vllm-plugin-bench summary"))
+    return out
+
+
 def write_tables(root: Path) -> tuple[Path, Path, Path]:
     from gpu_check.store import write_csv
     from gpu_check.vllm.watch_check import rows as watch_rows

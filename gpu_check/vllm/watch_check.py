@@ -127,10 +127,28 @@ ROW_KEYS = ("vllm_version", "config", "mode", "patch", "armed", "reads_observed"
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
-    """One row per ``watch.json`` under ``root`` (``<run>/<pass>/watch.json``), sorted."""
+    """One row per ``watch.json`` under ``root`` (a run folder's ``<pass>/watch.json``, or a
+    campaign's ``<run>/<pass>/watch.json``), sorted."""
     out = []
-    for path in sorted(root.glob("*/*/watch.json")):
+    for path in sorted([*root.glob("*/watch.json"), *root.glob("*/*/watch.json")]):
         rep = json.loads(path.read_text())
         out.append({"run": path.parent.parent.name}
                    | {k: rep.get(k, "none" if k == "patch" else "") for k in ROW_KEYS})  # fmt: skip
     return out
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The watch against the export, one line per pass (``vllm-compare DIR --markdown``)."""
+    out = [
+        "| vLLM | run | mode | pass | guard | reads (export / watch) | wrong (export / watch / "
+        "both) | steps skipped | equal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['vllm_version']} | {r['run']} | {r['mode']} | {r['config']} | {r['patch']} "
+            f"| {r['reads_observed']:,} / {r['reads_watched']:,} | {r['wrong_observed']} / "
+            f"{r['wrong_watched']} / {r['wrong_both']} | {r['steps_skipped']} "
+            f"| {'yes' if r['equal'] else '**no**'} |"
+        )
+    return "\n".join(out) + "\n"
