@@ -164,3 +164,28 @@ def test_mrv2_run_is_clean_and_its_resets_are_the_block_crossings(tmp_path: Path
     step["consumed"][step["consumed"].index(4)] = 2
     rep2 = export_run_v2(raw, tmp_path / "b", summary)
     assert rep2["wrong_observed"] == 1 and rep2["agree"] == rep["agree"] - 1
+
+
+def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
+    """docs/deployment.md's watch and cost tables are vllm-compare's output on data/vllm/plugin;
+    the record is what issue 46 asks: the watch equal to the export on every unguarded align
+    pass of two releases at two delays, and 0 under the guard."""
+    from gpu_check.vllm.tables import markdown, results
+    from gpu_check.vllm.watch_check import rows as watch_rows
+
+    root = DATA / "plugin"
+    doc = (DATA.parent.parent / "docs" / "deployment.md").read_text()
+    out = markdown(root, results(root)[0])
+    for block in out.split("\n\n")[2:]:  # the watch table, then the cost table
+        assert block.strip() in doc
+    watched = watch_rows(root)
+    assert all(r["equal"] for r in watched)
+    bare = [r for r in watched if r["patch"] == "none"]
+    assert len(bare) >= 4 and {r["vllm_version"] for r in bare} == {"0.24.0", "0.33.0"}
+    assert len({r["config"] for r in bare}) >= 2 and all(r["wrong_watched"] > 0 for r in bare)
+    assert all(r["wrong_watched"] == 0 for r in watched if r["patch"] != "none")
+    wrong = sum(r["wrong_watched"] for r in bare)
+    reads = sum(r["reads_watched"] for r in bare)
+    assert f"{wrong} in {reads:,} reads" in doc
+    readme = (DATA.parent.parent / "README.md").read_text()
+    assert f"same\n{wrong} in {reads:,} reads" in readme
