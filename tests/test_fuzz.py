@@ -31,6 +31,7 @@ from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.model.params import parameter_keys
 from sim.runs.io import table_kinds
+from sim.runs.outputs import MANIFEST, MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = (ROOT / "sim/model/scenarios/minimal-race.toml").read_text()
@@ -366,9 +367,9 @@ def test_run_directories(tmp_path_factory, run_tree: Path, data: st.DataObject) 
             p
             for pattern in reads
             for p in tree.glob(pattern)
-            if p.is_file() and p.name != ".specrace-run.json"
+            if p.is_file() and p.name not in (MARKER, MANIFEST)
         }
-    )  # (the marker: unread)
+    )  # the marker and the manifest prove ownership to a writer; no reader reads them
     files = sorted(p for p in tree.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
     out = tree.parent / "out"
     argv = argv_of(tree, out)
