@@ -51,6 +51,35 @@ def pure_ratios(df: Any) -> Any:
     return pure[pure.groupby(shape)["ratio"].transform("size") >= 2]
 
 
+def window_spread(df: Any, column: str) -> dict[str, Any]:
+    """How far ``column`` of one pass lies from the median of its (release, mode, seqs, k)
+    group's other passes, taken two ways: among the passes of the same run folder (one
+    process, one window of the machine), and among the passes of other run folders (another
+    window). ``width90``: twice the 90th percentile of ``|x / median - 1|``, the statistic of
+    :func:`gpu_check.vllm.forecast.own_spread`; a forecast made before a run faces the second."""
+    shape = ["vllm", "mode", "max_num_seqs", "k"]
+    same: list[float] = []
+    other: list[float] = []
+    for _key, g in df.groupby(shape):
+        v, runs = g[column].to_numpy(float), g["pass"].str.rsplit("/", n=1).str[0].to_numpy()
+        for i in range(len(v)):
+            mine = runs == runs[i]
+            mine[i] = False
+            if mine.any():
+                same.append(abs(v[i] / float(np.median(v[mine])) - 1))
+            if (runs != runs[i]).any():
+                other.append(abs(v[i] / float(np.median(v[runs != runs[i]])) - 1))
+
+    def stats(d: list[float]) -> dict[str, Any]:
+        a = np.asarray(d)
+        if not a.size:
+            return {"passes": 0, "median": None, "width90": None}
+        return {"passes": int(a.size), "median": round(float(np.median(a)), 3),
+                "width90": round(2 * float(np.quantile(a, 0.9)), 3)}  # fmt: skip
+
+    return {"same_run": stats(same), "other_runs": stats(other)}
+
+
 def gauge_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How the gauge tracks step time, and how far it spreads.
 
@@ -59,7 +88,9 @@ def gauge_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
       within configurations (each pass over its configuration's median, groups of >= 2).
     - ``spread``: the gauge of each pure pass over the median of its (release, mode, seqs, k)
       group's pure passes: quantiles of that ratio, per release and pooled; the host speeds a
-      forecast must treat as plausible."""
+      forecast must treat as plausible.
+    - ``windows``: the same spread split by window (:func:`window_spread`), for the gauge of
+      the pure passes and for the step of the host-only ones."""
     import pandas as pd
 
     df = pd.DataFrame(rows)
@@ -97,6 +128,10 @@ def gauge_evidence(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "spread": {
             "pooled": q(multi["ratio"]),
             "per_release": {v: q(g["ratio"]) for v, g in multi.groupby("vllm")},
+        },
+        "windows": {
+            "gauge_pure_passes": window_spread(df[df["host_gauge_pure"]], "host_gauge_ms"),
+            "step_host_only_passes": window_spread(host, "step_ms"),
         },
     }
 

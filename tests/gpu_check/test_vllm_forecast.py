@@ -220,3 +220,36 @@ def test_plan_carries_the_intervals_and_outcome_reads_either(tmp_path) -> None:
     old = copy.deepcopy(doc)
     del old["configs"][0]["forecast"]  # a predictions.json from before the intervals
     assert check_predictions(old, "old") == old["configs"]
+
+
+def test_the_window_evidence_in_forward_prediction_md_is_the_committed_gauge_tables() -> None:
+    """docs/forward-prediction.md's table of spread within and between windows is
+    gauge_evidence.window_spread over the committed gauge/gauge.csv, and its claim holds: another
+    window at least doubles the median distance, and the CPU-bound step's between-window width
+    exceeds 1.25 x forward's own_spread."""
+    import json
+
+    import pandas as pd
+
+    from gpu_check.vllm.gauge_evidence import window_spread
+
+    root = Path(__file__).resolve().parents[2]
+    g = pd.read_csv(root / "data/vllm/gauge/gauge.csv")
+    pure = g[g["host_gauge_pure"] & g["host_gauge_ms"].notna()]
+    host = pure[
+        (pure["gpu_delay_ms"] == 0) & (pure["entry_share"] >= 0.95) & pure["step_ms"].notna()
+    ]
+    doc = (root / "docs/forward-prediction.md").read_text()
+    for label, s in (("gauge, pure passes", window_spread(pure, "host_gauge_ms")),
+                     ("host-only passes", window_spread(host, "step_ms"))):  # fmt: skip
+        a, b = s["same_run"], s["other_runs"]
+        cells = (f"| {a['passes']}, {a['median']:.3f}, {a['width90']:.3f} | {b['passes']}, "
+                 f"{b['median']:.3f}, {b['width90']:.3f} |")  # fmt: skip
+        line = next(x for x in doc.splitlines() if label in x and x.startswith("|"))
+        assert line.endswith(cells), (line, cells)
+        assert b["median"] >= 2 * a["median"] * 0.95
+    cpu = json.loads((root / "data/vllm/forward/summary.json").read_text())["forecast"][
+        "per_regime"]["CPU-bound"]["sharpness"]["step"]  # fmt: skip
+    between = window_spread(host, "step_ms")["other_runs"]["width90"]
+    assert between / cpu["vllm_spread_width"] > 1.25
+    assert f"{between:.3f} = {between / cpu['vllm_spread_width']:.2f} x" in doc
