@@ -48,12 +48,14 @@ def run_report(src: Path, prog: str = "python -m sim") -> str:
     else:
         changed, scenario_note = {}, f"{name} (not built in: the full table is in meta.json)"
     policy = runs[0][0] if (src / "meta.json").is_file() else "all"
-    command = report.reproduce_run(name, changed, policy, meta["seed"], steps, str(src), prog)
+    # a new folder: the run's own would be refused (not empty), or replaced with --force
+    again = src.with_name(src.name + "-again")
+    command = report.reproduce_run(name, changed, policy, meta["seed"], steps, str(again), prog)
     what_ran = [
         ("scenario", f"{scenario_note}: {scenario.description.split(chr(10))[0]}"),
         ("steps, seed", f"{steps:,}, {meta['seed']}"),
         ("policies", ", ".join(p for p, _d in runs)),
-        ("engine", f"max_num_seqs={scenario.engine.max_num_seqs}, k="
+        ("engine (one schedule, every policy)", f"max_num_seqs={scenario.engine.max_num_seqs}, k="
                    f"{scenario.engine.num_speculative_tokens}, async="
                    f"{scenario.engine.async_scheduling}, mamba_cache_mode="
                    f"{scenario.engine.mamba_cache_mode}"),

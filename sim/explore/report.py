@@ -227,7 +227,13 @@ def run_page(
             "<p>A read is one request's consumption of the previous step's accepted count; "
             "<b>consumed wrong</b> means the GDN kernel restored its state from a wrong "
             "count (a CPU-wrong read that the correction kernel repairs is not). Intervals "
-            "are 95 % Wilson score intervals.</p>" + verdict_table(rows),
+            "are 95 % Wilson score intervals.</p>"
+            "<p>Two denominators. The /10k reads columns count per 10,000 reads. The corrupted "
+            "generations column counts per 10,000 requests served: a generation is corrupted "
+            "when at least one of its reads was consumed wrong. One wrong read spoils its whole "
+            "generation, so this rate is the larger. Each row is one vLLM code path replayed "
+            "on the same schedule; <b>Rules that fired</b> says which path this engine takes."
+            "</p>" + verdict_table(rows),
         ),
         Section(
             "Hazard summary",
@@ -245,7 +251,9 @@ def run_page(
     else:
         sections.append(Section("Timeline of a wrong read", f"<p>None: {_e(timeline)}.</p>"))
     sections.append(rules)
-    sections.append(Section("Reproduce", f"<pre>{_e(command)}</pre>"))
+    sections.append(Section("Reproduce", f"<pre>{_e(command)}</pre><p>It writes a new "
+                            "folder whose files are, byte for byte, the ones this report read "
+                            "(same inputs and seed).</p>"))  # fmt: skip
     from sim.version import version_line
 
     return Page(title, f"specrace run report; {version_line()}", sections)
