@@ -72,6 +72,26 @@ def test_minimal_race_step4_lands_between_the_add_and_the_swap() -> None:
     assert [(o.position, o.gpu_value) for o in tl.outcomes] == [(0, 1), (1, 1), (2, 4), (3, 1)]
 
 
+def test_every_write_tick_is_drawn_above_the_landing_and_read_lines() -> None:
+    """synced-gather writes its gather back at the read: those ticks sat under the black read
+    line, so B's values changed there with no mark. Each writer's tick is its own colour and
+    above both lines."""
+    from matplotlib.colors import to_hex
+
+    from sim.explore.timeline import WRITE_COLORS
+
+    sched, res = minimal()
+    fig = timeline_figure(build_timeline(res.trace, res.reads, sched, "synced-gather"))
+    ax = fig.axes[0]
+    (read,) = [ln for ln in ax.lines if ln.get_gid() == "read"]
+    ticks = [ln for ln in ax.lines if str(ln.get_gid()).startswith("write:")]
+    gathers = [t for t in ticks if t.get_gid() == "write:gather"]
+    assert gathers and all(t.get_xdata()[0] == pytest.approx(read.get_xdata()[0]) for t in gathers)
+    assert all(t.get_zorder() > read.get_zorder() for t in ticks)
+    assert {to_hex(t.get_color()) for t in gathers} == {WRITE_COLORS["gather"]}
+    assert to_hex(read.get_color()) not in {to_hex(t.get_color()) for t in gathers}
+
+
 def test_landing_after_the_swap_is_right_and_shows_the_same_window() -> None:
     sched, res = minimal(dma_land_delay_ns=60_000)
     tl = build_timeline(res.trace, res.reads, sched, "synced-gather", step=4, req_id="R")

@@ -46,6 +46,8 @@ OP_COLORS = {
     "valid_count_d2h": "#f7b6d2",
     "output_d2h": "#c49c94",
 }
+# Ticks on a buffer row, by writer (a row op's write is black).
+WRITE_COLORS = {"dma": "#d62728", "gather": "#1f77b4"}
 # The small copies, named as in vLLM; their labels go above the bar when it is narrow.
 COPIES = {
     "counts_d2h": "counts D2H",
@@ -453,7 +455,8 @@ def timeline_figure(timelines: Timeline | Sequence[Timeline], title: str = "") -
         Patch(color="#ff7f0e", alpha=0.18, label="a landing here: CPU wrong, repaired on GPU"),
     ]
     note = ("B[r] = input_batch.num_accepted_tokens_cpu[r], the pinned buffer the counts D2H "
-            "writes; ticks mark its writes (red: the D2H landing)")  # fmt: skip
+            "writes; ticks mark its writes: red the D2H landing, blue the read's gather "
+            "written back, black a row op")  # fmt: skip
     fig.legend(handles=legend, loc="outside lower center", ncol=6, fontsize=8, frameon=False,
                title=note, title_fontsize=7.5)  # fmt: skip
     return fig
@@ -541,9 +544,9 @@ def _draw(ax, tl: Timeline) -> None:
             if x(t1) - x(t0) > 0.012 * (v1 - v0):
                 ax.text((x(t0) + x(t1)) / 2, y + 0.08, str(val), ha="center", va="bottom",
                         fontsize=8, fontweight="bold", zorder=4)  # fmt: skip
-            if wr:
-                ax.plot([x(t0)], [y], marker="|", markersize=12, zorder=3,
-                        color="#d62728" if wr == "dma" else "black", gid=f"write:{wr}")  # fmt: skip
+            if wr:  # above the landing and read lines, which may fall at the same time
+                ax.plot([x(t0)], [y], marker="|", markersize=12, markeredgewidth=2, zorder=7,
+                        color=WRITE_COLORS.get(wr, "black"), gid=f"write:{wr}")  # fmt: skip
     # The landing, the read, the verdict.
     if tl.land_ns >= 0 and tl.view[0] <= tl.land_ns <= tl.view[1]:
         ax.axvline(x(tl.land_ns), color="#d62728", lw=1.6, ls="--", gid="landing", zorder=5)
