@@ -33,7 +33,11 @@ $PY -m sim plot "$tmp/hazard" --svg --out "$OUT/hazard.png"
 
 # 4. `make demo`'s run: its hazard summary (run --picture) and the margins of its wrong reads.
 $PY -m sim run --policy all --seed 0 --steps 2000 --no-trace --picture --out "$tmp/demo" > /dev/null
-cp "$tmp/demo/hazard_summary.png" "$OUT/demo.png"
+# copied signed: outside a run folder, a picture carries its own proof that specrace wrote it
+$PY -c 'import sys; from pathlib import Path; from sim.runs.io import atomic_write
+data = Path(sys.argv[1]).read_bytes()
+atomic_write(Path(sys.argv[2]), lambda tmp: tmp.write_bytes(data), sign=True)' \
+    "$tmp/demo/hazard_summary.png" "$OUT/demo.png"
 $PY -m sim plot "$tmp/demo" --svg --out "$OUT/margins.png"
 
 # 5. The H200 replay of the minimal race, by landing position (committed data/replay).

@@ -209,3 +209,28 @@ def test_a_count_policies_share_at_one_point_is_labelled_once() -> None:
     # unsynced and align both consumed 6 and 12 and 18 at the three points: one label each
     assert sorted(labels) == ["12", "18", "6"]
     assert all(t.get_color() == "black" for t in fig.axes[1].texts)
+
+
+def test_hazard_summary_names_each_policys_vllm_and_draws_no_zero_as_a_bar() -> None:
+    """The run's summary (make demo's picture): each policy with the vLLM it stands for, and a
+    policy with no wrong read drawn as a dotted bound with its value, not a capped whisker
+    that reads as a short bar."""
+    import pandas as pd
+
+    from sim.explore.plots import hazard_summary
+    from sim.model.policies import POLICIES
+
+    rows = pd.DataFrame([
+        {"policy": "align", "reads": 1000, "cpu_wrong": 5, "gpu_wrong": 5, "ownership": 5},
+        {"policy": "private-buffer", "reads": 1000, "cpu_wrong": 0, "gpu_wrong": 0},
+    ]).fillna(0)  # fmt: skip
+    fig = hazard_summary(rows)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == [f"{p}\n{POLICIES[p].vllm}" for p in ("align", "private-buffer")]
+    for ax in fig.axes[:2]:
+        (bound,) = [c for c in ax.collections if c.get_gid() == "zero-bound"]
+        assert len(bound.get_segments()) == 1  # private-buffer's only
+        caps = [ln for ln in ax.lines if ln.get_marker() == "|"]
+        assert len(caps) == 2  # align's interval: two caps; none for the zero row
+        texts = [t.get_text() for t in ax.texts]
+        assert any(t.startswith("0 of 1,000 (at most ") for t in texts)

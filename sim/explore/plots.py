@@ -380,7 +380,7 @@ def hazard_summary(rows: pd.DataFrame, title: str = "") -> Figure:
     above, so a policy with none shows as a bare 0."""
     from sim.runs.stats import wilson
 
-    fig = Figure(figsize=(12, 1.5 + 0.42 * len(rows)), layout="constrained")
+    fig = Figure(figsize=(12, 1.5 + 0.5 * len(rows)), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     ys = np.arange(len(rows))[::-1]
     n = rows["reads"].to_numpy()
@@ -397,17 +397,30 @@ def hazard_summary(rows: pd.DataFrame, title: str = "") -> Figure:
                 left = left + w
         else:
             ax.barh(ys, rate, color="#444444", height=0.6)
-        ax.errorbar(rate, ys, xerr=np.vstack([rate - lo * PER, hi * PER - rate]), fmt="none",
-                    ecolor="black", capsize=3, lw=1)  # fmt: skip
+        some = k > 0
+        err = np.vstack([rate - lo * PER, hi * PER - rate])
+        ax.errorbar(rate[some], ys[some], xerr=err[:, some], fmt="none", ecolor="black",
+                    capsize=3, lw=1)  # fmt: skip
+        # none seen: the interval's upper end as a thin dotted line, so it reads as a bound,
+        # not as a short bar
+        ax.hlines(ys[~some], 0, hi[~some] * PER, colors="#888888", linestyles=":", lw=1,
+                  gid="zero-bound")  # fmt: skip
         for y, r, ki, ni, h in zip(ys, rate, k, n, hi * PER, strict=True):
-            ax.annotate(f"{int(ki):,} of {int(ni):,}", (max(h, r), y), xytext=(4, -3),
-                        textcoords="offset points", fontsize=8)  # fmt: skip
+            text = f"{int(ki):,} of {int(ni):,}" + ("" if ki else f" (at most {h:.1f})")
+            ax.annotate(text, (max(h, r), y), xytext=(4, -3), textcoords="offset points",
+                        fontsize=8, color="black" if ki else "#555555")  # fmt: skip
         ax.set_xscale("symlog", linthresh=1.0)
         ax.set_xlim(0, PER * 3)
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(f"per {PER:,} reads (95 % Wilson interval)")
         ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(ys, rows["policy"].tolist())
+    from sim.model.policies import POLICIES
+
+    def label(name: str) -> str:  # the policy and the vLLM it stands for
+        pol = POLICIES.get(name)
+        return f"{name}\n{pol.vllm}" if pol is not None and pol.vllm else name
+
+    axes[0].set_yticks(ys, [label(p) for p in rows["policy"]], fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3,
                fontsize=8, frameon=False, title="CPU-wrong reads by hazard kind",
                title_fontsize=8)  # fmt: skip
