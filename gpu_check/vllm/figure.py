@@ -70,6 +70,18 @@ def pick(reads: pd.DataFrame, step: int | None, req: str | None) -> pd.Series:
     return chosen.sort_values(["n_ops", "step"]).iloc[0]
 
 
+def _clear_of(fig: Any, ax: Any, labels: list[tuple[Any, float]], x: float) -> None:
+    """Each op's label that would cross the line at ``x`` goes to the left of its bar."""
+    fig.canvas.draw()
+    inv = ax.transData.inverted()
+    for text, t0 in labels:
+        box = text.get_window_extent()
+        (x0, _), (x1, _) = inv.transform([(box.x0, box.y0), (box.x1, box.y1)])
+        if x0 < x < x1:
+            text.set_x(t0 - 2)
+            text.set_horizontalalignment("right")
+
+
 def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
     import matplotlib
 
@@ -85,6 +97,7 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
             rows |= {int(op[1]), int(op[2])}
     n = len(ops)
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.22 * n))
+    labels = []
     for i, op in enumerate(ops):
         kind, a, b = op[0], int(op[1]), int(op[2])
         t0, t1 = (int(op[4]) - t_start) / 1e3, (int(op[5]) - t_start) / 1e3
@@ -94,7 +107,9 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
         label = f"{kind} row {a}" + (
             f" <-> {b}" if kind == "swap" else (f" -> {b}" if b >= 0 else "")
         )
-        ax.text(t1 + 2, i, label, va="center", fontsize=7, weight="bold" if mine else "normal")
+        text = ax.text(t1 + 2, i, label, va="center", fontsize=7,
+                       weight="bold" if mine else "normal")  # fmt: skip
+        labels.append((text, t0))
     bracket = _landing_bracket(s)
     if bracket:
         lo, hi = ((t - t_start) / 1e3 for t in bracket)
@@ -123,6 +138,7 @@ def wrong_read_figure(raw: dict[str, Any], read: pd.Series, title: str = ""):
         fontsize=9,
     )
     fig.tight_layout()
+    _clear_of(fig, ax, labels, t_read)  # measured at the final layout
     return fig
 
 
