@@ -343,7 +343,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ("landing_timing_by_type",
          "\nlanding and op-placement error (µs), by where the model lands the counts",
          landing_timing(observed, by="type", steps=steps)),
-        ("close_calls", "\nthe model's verdict on the hardware: close calls (margin <= 100 µs),"
+        ("close_calls", "\nthe model's verdict on the hardware: close calls (margin < 100 µs),"
          " margins > 25 µs, and what flipped each missed close call",
          close_calls(observed, steps)),
     ):  # fmt: skip
