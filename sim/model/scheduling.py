@@ -110,7 +110,13 @@ class EngineRun:
     (sim.explore.check's search resumes each branch from its parent's step instead of from
     step 0)."""
 
-    def __init__(self, eng: EngineParams, requests: list[Request]) -> None:
+    def __init__(
+        self, eng: EngineParams, requests: list[Request], *, finish_by_array: bool = True
+    ) -> None:
+        """``finish_by_array``: a request finishes by one array comparison of what it generated
+        against its ``output_len``. False: one comparison per request, for a caller whose
+        output lengths must see each comparison (sim.explore.check's probes)."""
+        self.finish_by_array = finish_by_array
         self.eng = eng
         self.k = eng.num_speculative_tokens
         self.lag = 2 if eng.async_scheduling else 1
@@ -118,7 +124,7 @@ class EngineRun:
         self.st = st = ReqStates(requests)
         n_req = len(st.req_ids)
         self.id_index = {rid: i for i, rid in enumerate(st.req_ids)}
-        self.out_arr = _out_arr(st.output_len)
+        self.out_arr = self._out_arr()
         self.can_preempt = bool(eng.kv_cache_capacity_tokens)
         self.step_no = 0
         self.next_arrival = 0
@@ -204,8 +210,14 @@ class EngineRun:
                 self.mark = np.concatenate([self.mark, np.zeros(more, dtype=bool)])
                 drawn = np.concatenate([drawn, np.zeros(more, np.int64)])
             st.rebind_outcomes(requests, drawn)
-        self.out_arr = _out_arr(st.output_len)
+        self.out_arr = self._out_arr()
         self.requests = requests
+
+    def _out_arr(self) -> np.ndarray | None:
+        """Every request's output length as one array, or None: the per-request loop."""
+        if not self.finish_by_array:
+            return None
+        return np.array(self.st.output_len, dtype=np.int64)
 
     def _accept_in_flight(self, i: int, was: np.ndarray, now: np.ndarray, drawn: int) -> None:
         """Request ``i``'s accepted counts grew from ``was`` to ``now``: the new counts of steps
@@ -501,14 +513,6 @@ class EngineRun:
             prev_positions=prev_of[at],
             prev_num_draft_tokens=prev_num_draft_tokens,
         )
-
-
-def _out_arr(output_len: list) -> np.ndarray | None:
-    """Finishes by one array comparison where output_len are plain ints; sim.explore.check's
-    probes (int subclasses that record each comparison) take the per-request loop."""
-    if all(type(x) is int for x in output_len):
-        return np.array(output_len, dtype=np.int64)
-    return None
 
 
 def _by_row(values: np.ndarray, row_of: np.ndarray) -> np.ndarray:

@@ -233,7 +233,7 @@ def _run(
         engine = resume.engine.fork(eng, requests)
         record = _model_step(engine, resume.record.req_ids)
     else:
-        engine = EngineRun(eng, requests)
+        engine = EngineRun(eng, requests, finish_by_array=False)  # the probes see each
         record = None
         for _ in range(steps):
             record = _model_step(engine, record.req_ids if record is not None else [])
