@@ -120,3 +120,19 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, args, message)
 def test_an_unknown_release_is_refused_by_the_api() -> None:
     with pytest.raises(SpecraceError, match="supports vLLM"):
         render("0.23.0")
+
+
+def test_the_program_is_a_module_and_every_stand_in_is_put_back(monkeypatch, tmp_path) -> None:
+    """The file's program lives in sim/explore/upstream_program.py (ruff and mypy read it);
+    a stand-in line edited there is an error, never a stand-in value in the file."""
+    import sim.explore.upstream_test as ut
+
+    text = ut.PROGRAM.read_text()
+    compile(text, str(ut.PROGRAM), "exec")
+    assert all(line in text.split("\n") for line in ut.STANDINS)
+    assert "specrace-template" not in render("0.24.0")
+    broken = tmp_path / "upstream_program.py"
+    broken.write_text(text.replace("MAX_NUM_REQS = 4\n", "MAX_NUM_REQS = 5\n"))
+    monkeypatch.setattr(ut, "PROGRAM", broken)
+    with pytest.raises(AssertionError, match="MAX_NUM_REQS"):
+        render("0.24.0")
