@@ -187,5 +187,13 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
     wrong = sum(r["wrong_watched"] for r in bare)
     reads = sum(r["reads_watched"] for r in bare)
     assert f"{wrong} in {reads:,} reads" in doc
+    import statistics
+
+    bench = json.loads((root / "bench-0.33.0" / "summary.json").read_text())["results"]
+    per_round = bench["s16_d0ms"]["watch"]["ratio_to_off"]["per_round"]
+    sd = statistics.stdev(per_round)
+    need = (1.96 * sd / 0.03) ** 2
+    assert f"deviation of {sd:.3f} over these {len(per_round)} rounds" in doc.replace("\n  ", " ")
+    assert f"about {round(need)} paired rounds" in doc.replace("\n  ", " ")
     readme = (DATA.parent.parent / "README.md").read_text()
     assert f"same\n{wrong} in {reads:,} reads" in readme
