@@ -30,10 +30,13 @@ def stable_ids(text: str) -> str:
 
 def run(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
+    # Widget state is kept while running (nbclient's Output-widget hook needs it: without it a
+    # widget that captures output raises KeyError), then left out of the file.
     client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
-                            store_widget_state=False,
+                            store_widget_state=True,
                             resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
     client.execute()
+    nb.metadata.pop("widgets", None)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(stable_ids(nbformat.writes(nb)) + "\n", encoding="utf-8")
     os.replace(tmp, path)
