@@ -389,3 +389,21 @@ def test_an_edited_unit_file_is_one_clear_error(tmp_path: Path, edit, needle: st
     r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=limit_s(300))
     assert r.returncode == 2 and r.stderr.startswith("error: "), r.stderr
     assert needle in r.stderr and str(unit) in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_sweep_varies_booleans_and_lists_as_typed(tmp_path: Path) -> None:
+    """A point's values reach the scenario as they are: they were text again on the way
+    (``str(True)`` is ``True``, which is no TOML boolean), so varying async scheduling failed."""
+    from sim.explore.sweep import _scenario_for
+    from sim.model.params import with_overrides, with_values
+
+    base = load_scenario("minimal-race")
+    assert _scenario_for(base, {"engine.async_scheduling": False}).engine.async_scheduling is False
+    probs = with_values(base, {"workload.acceptance_probs": (0.5, 0.25, 0.125)})
+    assert probs == with_overrides(base, {"workload.acceptance_probs": "[0.5, 0.25, 0.125]"})
+    with pytest.raises(SpecraceError, match="unknown key"):
+        with_values(base, {"engine.asinc_scheduling": True})
+    spec = SweepSpec(scenario="minimal-race", policies=("align",), steps=20, seeds=1, swarm=0,
+                     vary=parse_vary(["engine.async_scheduling=true,false"]))  # fmt: skip
+    rows = run_sweep(spec, tmp_path / "sw", log=lambda _line: None)
+    assert len(rows) == 2

@@ -15,7 +15,6 @@ docs/forward-prediction.md has the details.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +40,7 @@ from sim.model.params import (
     ScriptedRequest,
     TimingParams,
     WorkloadParams,
-    with_overrides,
+    with_values,
 )
 from sim.model.schedule import Schedule
 from sim.model.scheduling import build_schedule
@@ -113,7 +112,7 @@ def scenario_for(c: Measured, cal: dict[str, Any], raw: dict[str, Any] | None = 
         ),
         timing=TimingParams(),
     )  # fmt: skip
-    return with_overrides(base, {f"timing.{k_}": json.dumps(v) for k_, v in timing.items()})
+    return with_values(base, {f"timing.{k_}": v for k_, v in timing.items()})
 
 
 def align_block_size(c: Measured) -> int:

@@ -27,7 +27,7 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
     import math
 
     from sim.explore.sweep import SIMPY_POINT_STEPS_PER_S as rate
-    from sim.model.params import with_overrides
+    from sim.model.params import with_values
 
     settings = spec.swarm or math.prod(len(v) for _k, v in spec.vary)
     n_points = settings * spec.seeds
@@ -41,7 +41,7 @@ def check_sweep(spec: SweepSpec, base: Scenario, out: Path) -> None:
 
     def scenario(values: dict) -> None:
         try:
-            sc = with_overrides(base, {k: str(v) for k, v in values.items()})
+            sc = with_values(base, values)
         except SpecraceError as e:
             shown = ", ".join(f"{k}={v}" for k, v in values.items())
             raise SpecraceError(f"--vary {shown}: {str(e).removeprefix('--set: ')}") from None

@@ -47,7 +47,7 @@ import pandas as pd
 from sim.errors import SpecraceError, did_you_mean
 from sim.explore.swarm import draw_timing
 from sim.explore.sweep_points import finished, write_unit
-from sim.model.params import Scenario, load_scenario, parse_value, with_overrides
+from sim.model.params import Scenario, load_scenario, parse_value, with_values
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.model.vector import simulate_points
@@ -144,7 +144,7 @@ def parse_vary(items: list[str]) -> tuple[tuple[str, tuple[Any, ...]], ...]:
 def _scenario_for(base: Scenario, settings: dict[str, Any]) -> Scenario:
     if "swarm" in settings:
         return replace(base, timing=draw_timing(base.timing, int(settings["swarm"])))
-    return with_overrides(base, {k: str(v) for k, v in settings.items()})
+    return with_values(base, settings)  # typed: str(True) would not read back as true
 
 
 def run_point(

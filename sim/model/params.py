@@ -446,16 +446,29 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
 
 
 def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
-    """Re-validate a scenario with ``section.key=value`` overrides applied; an error names
-    the override, not the scenario file."""
+    """Re-validate a scenario with ``section.key=value`` overrides applied, each value text
+    as typed (``--set``: a TOML value, a bare word is a string); an error names the override,
+    not the scenario file."""
+    values = {}
+    for key, text in overrides.items():
+        _check_key(key)
+        values[key] = parse_value(text)
+    return with_values(scenario, values)
+
+
+def with_values(scenario: Scenario, values: dict[str, Any]) -> Scenario:
+    """Re-validate a scenario with ``section.key`` values applied as they are (a sweep's
+    point, a calibrated timing): no round trip through text, where ``True`` would not read
+    back as a boolean."""
     raw = json.loads(json.dumps(scenario.to_dict()))  # tuples -> lists, as TOML gives
     del raw["name"]
-    for key, text in overrides.items():
-        _apply_override(raw, key, text)
+    for key, value in values.items():
+        section, name = _check_key(key)
+        raw.setdefault(section, {})[name] = list(value) if isinstance(value, tuple) else value
     return scenario_from_dict(raw, scenario.name, "--set")
 
 
-def _apply_override(raw: dict[str, Any], key: str, text: str) -> None:
+def _check_key(key: str) -> tuple[str, str]:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in _SECTION_CLASSES:
         raise SpecraceError(
@@ -468,7 +481,7 @@ def _apply_override(raw: dict[str, Any], key: str, text: str) -> None:
             f"--set {key}: unknown key{did_you_mean(key, parameter_keys())} "
             f"(python -m sim params lists them)"
         )
-    raw.setdefault(parts[0], {})[parts[1]] = parse_value(text)
+    return parts[0], parts[1]
 
 
 def parse_value(text: str) -> Any:
