@@ -20,9 +20,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from sim.errors import SpecraceError
-from sim.model.params import Scenario, load_scenario
+from sim.model.params import (
+    Scenario,
+    load_scenario,
+    parse_value,
+    timing_file_overrides,
+    with_values,
+)
 from sim.model.policies import ALL, NO_SPEC, POLICIES, Policy, named
 from sim.resolve.check import check_policy
 from sim.resolve.host_band import PLAUSIBLE, HostBand, host_band
@@ -62,22 +69,28 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
     acc = list(BASE_ACCEPTANCE[:k]) + [
         max(0.3, BASE_ACCEPTANCE[-1] - 0.1 * (i + 1)) for i in range(max(0, k - 3))
     ]
-    derived: dict[str, str] = {
-        "engine.max_num_seqs": str(s.max_num_seqs),
-        "engine.max_num_batched_tokens": str(s.max_num_batched_tokens),
-        "engine.num_speculative_tokens": str(k),
-        "engine.async_scheduling": "true" if res.async_scheduling else "false",
-        "engine.mamba_cache_mode": f'"{res.mamba_cache_mode}"',
-        "workload.initial_requests": str(s.max_num_seqs),
-        "workload.arrival_rate_per_step": repr(BASE_ARRIVALS * s.max_num_seqs / BASE_SEQS),
-        "workload.acceptance_probs": "[" + ", ".join(repr(a) for a in acc) + "]",
+    # Values as they are, in the order load_scenario applies them: the timing files, what
+    # the resolution derives, then the caller's --set text.
+    values: dict[str, Any] = {
+        k_: parse_value(v) for k_, v in timing_file_overrides(TIMING_FILES).items()
+    }
+    values |= {
+        "engine.max_num_seqs": s.max_num_seqs,
+        "engine.max_num_batched_tokens": s.max_num_batched_tokens,
+        "engine.num_speculative_tokens": k,
+        "engine.async_scheduling": bool(res.async_scheduling),
+        "engine.mamba_cache_mode": res.mamba_cache_mode,
+        "workload.initial_requests": s.max_num_seqs,
+        "workload.arrival_rate_per_step": BASE_ARRIVALS * s.max_num_seqs / BASE_SEQS,
+        "workload.acceptance_probs": acc,
     }
     for key, value in get_preset(s.model).timing(s.max_num_seqs, k).items():
-        derived[f"timing.{key}"] = str(value)
-    merged = {**derived, **(overrides or {})}
+        values[f"timing.{key}"] = value
+    for key, text in (overrides or {}).items():
+        values[key] = parse_value(text)
     if not res.prefix_caching:  # no prefix cache, no hits: what turning it off costs
-        merged["workload.prefix_hit_prob"] = "0.0"
-    return load_scenario(BASE_SCENARIO, merged, TIMING_FILES)
+        values["workload.prefix_hit_prob"] = 0.0
+    return with_values(load_scenario(BASE_SCENARIO), values)
 
 
 def policy_object(name: str) -> Policy:
