@@ -22,7 +22,7 @@ from gpu_check.vllm.export import load_raw, prepared_steps
 from sim.errors import SpecraceError
 from sim.model.params import (
     TimingParams,
-    timing_file_overrides,
+    timing_file_values,
 )
 
 GPU_BOUND_ENTRY_FRACTION = 0.1  # configs whose copy landed at _update_states in < 10 % of steps
@@ -163,8 +163,8 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
     spans = {c.folder: step_spans(raws[c.folder]) for c in configs}
     _host_factor(configs, spans)
     phases = _slow_phases(configs, spans)
-    measured = timing_file_overrides(["h200"]).items()
-    h200 = {k.split(".", 1)[1]: int(json.loads(v)) for k, v in measured}
+    measured = timing_file_values(["h200"]).items()
+    h200 = {k.split(".", 1)[1]: int(v) for k, v in measured}
     prior = TimingParams()
     groups: dict[str, Any] = {}
     for group in sorted({c.group for c in configs}):

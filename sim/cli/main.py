@@ -10,6 +10,7 @@ import io
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, report, risk, upstream
@@ -19,10 +20,11 @@ from sim.model import schedule as schedule_mod
 from sim.model.params import (
     Scenario,
     load_scenario,
+    parse_value,
     scenario_from_dict,
     scenario_path,
-    timing_file_overrides,
-    with_overrides,
+    timing_file_values,
+    with_values,
 )
 from sim.model.policies import ALL, POLICIES, select
 from sim.model.scheduling import build_schedule
@@ -112,15 +114,15 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
 def schedule_scenario(args: argparse.Namespace, sched: schedule_mod.Schedule) -> Scenario:
     """The scenario of ``--schedule``'s file, with ``--timing``/``--set`` (timing only)."""
     overrides = _overrides(args.set)
-    if args.timing:
-        overrides = {**timing_file_overrides(args.timing), **overrides}
     if any(not k.startswith("timing.") for k in overrides):
         raise SpecraceError(
             "with --schedule, --set may change timing.* only (the schedule fixes "
             "engine and workload)"
         )
     base = scenario_from_dict(sched.scenario, "schedule", args.schedule)
-    return with_overrides(base, overrides) if overrides else base
+    values: dict[str, Any] = dict(timing_file_values(args.timing or ()))
+    values |= {k: parse_value(text) for k, text in overrides.items()}
+    return with_values(base, values) if values else base
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -403,11 +405,11 @@ def cmd_params(args: argparse.Namespace) -> int:
     import json
 
     from sim.model.param_docs import DOCS, timing_file_sources
-    from sim.model.params import parameter_defaults, parameter_keys, parse_value
+    from sim.model.params import parameter_defaults, parameter_keys
 
     scenario = load_scenario(args.scenario).to_dict() if args.scenario else None
     defaults = parameter_defaults()
-    timed = {k: parse_value(v) for k, v in timing_file_overrides(args.timing).items()}
+    timed = timing_file_values(args.timing)
     sources = timing_file_sources(args.timing)
     rows = []
     for key in parameter_keys():

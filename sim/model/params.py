@@ -365,15 +365,19 @@ def load_scenario(
     text, stem, origin = _resolve(name_or_path, "scenarios", "scenario")
     raw = _parse_toml(text, origin)
     base = scenario_from_dict(raw, stem, origin)  # the file itself must be valid
-    extra = {**timing_file_overrides(timing_files), **(overrides or {})}
-    if not extra:
+    values: dict[str, Any] = dict(timing_file_values(timing_files))
+    for key, text in (overrides or {}).items():
+        _check_key(key)
+        values[key] = parse_value(text)
+    if not values:
         return base
-    return with_overrides(base, extra)
+    return with_values(base, values)
 
 
-def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``timing.key -> value`` from ``[timing]``-only TOML files, later files winning."""
-    out: dict[str, str] = {}
+def timing_file_values(files: tuple[str, ...] | list[str]) -> dict[str, int | float]:
+    """``timing.key -> value`` (a number) from ``[timing]``-only TOML files, later files
+    winning."""
+    out: dict[str, int | float] = {}
     for f in files:
         text, _stem, origin = _resolve(f, "timing", "timing file")
         table = _parse_toml(text, origin)
@@ -389,7 +393,7 @@ def timing_file_overrides(files: tuple[str, ...] | list[str]) -> dict[str, str]:
                 raise SpecraceError(f"{origin}: unknown key timing.{key}{did_you_mean(key, known)}")
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise SpecraceError(f"{origin}: timing.{key} must be a number, got {value!r}")
-        out.update({f"timing.{k}": json.dumps(v) for k, v in timing.items()})
+        out.update({f"timing.{k}": v for k, v in timing.items()})
     return out
 
 

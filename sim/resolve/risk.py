@@ -27,7 +27,7 @@ from sim.model.params import (
     Scenario,
     load_scenario,
     parse_value,
-    timing_file_overrides,
+    timing_file_values,
     with_values,
 )
 from sim.model.policies import ALL, NO_SPEC, POLICIES, Policy, named
@@ -71,9 +71,7 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
     ]
     # Values as they are, in the order load_scenario applies them: the timing files, what
     # the resolution derives, then the caller's --set text.
-    values: dict[str, Any] = {
-        k_: parse_value(v) for k_, v in timing_file_overrides(TIMING_FILES).items()
-    }
+    values: dict[str, Any] = dict(timing_file_values(TIMING_FILES))
     values |= {
         "engine.max_num_seqs": s.max_num_seqs,
         "engine.max_num_batched_tokens": s.max_num_batched_tokens,

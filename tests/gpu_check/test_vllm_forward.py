@@ -18,7 +18,7 @@ from gpu_check.vllm.forward import (
     regime_markdown,
     table_markdown,
 )
-from sim.model.params import timing_file_overrides
+from sim.model.params import timing_file_values
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
 FORWARD = DATA / "forward"
@@ -53,7 +53,7 @@ def test_calibration_reproduces_the_committed_timing_files(configs, cal) -> None
     assert summary["calibration"] == json.loads(json.dumps(cal))
     # every committed file is a valid sim timing file
     for path in FORWARD.glob("timing-*.toml"):
-        assert timing_file_overrides([str(path)])
+        assert timing_file_values([str(path)])
 
 
 def test_calibration_is_what_the_data_says(cal) -> None:
