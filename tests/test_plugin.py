@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -332,3 +333,48 @@ def test_a_watch_arming_under_another_recorder_sees_each_step_once(fake_vllm, mo
     runner._specrace_watch.stack.h.uninstall()
     recorder.uninstall()
     assert "execute_model" not in vars(runner)
+
+
+def test_report_html_refuses_a_users_file_and_replaces_its_own(tmp_path):
+    """--html wrote over whatever was at the path; now a file specrace did not write is
+    refused in one line before any work, and the page it wrote itself is replaced."""
+    t = {"vllm": "0.33.0", "policy": "align", "steps": 10, "reads": 100, "wrong": 0,
+         "skipped_steps": 0}  # fmt: skip
+    (tmp_path / "summary-1.json").write_text(json.dumps(t))
+
+    def html(page):
+        argv = ["-m", "specrace.plugin", "report", str(tmp_path), "--html", str(page)]
+        return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+
+    mine = tmp_path / "mine.html"
+    mine.write_text("<p>my notes</p>")
+    r = html(mine)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--html" in r.stderr
+    assert mine.read_text() == "<p>my notes</p>" and r.stdout == ""
+    page = tmp_path / "w.html"
+    assert html(page).returncode == 0 and html(page).returncode == 0  # its own: replaced
+
+
+def test_the_watch_writes_only_files_it_made(tmp_path, monkeypatch):
+    """A user's file (or another process's, the pid recycled) at the watch's names is left
+    byte for byte; the watch takes the next free name, and its summary is never empty."""
+    from specrace.plugin import watch as watch_mod
+
+    pid = os.getpid()
+    theirs = {tmp_path / f"wrong-reads-{pid}.jsonl": "user line\n",
+              tmp_path / f"summary-{pid}.json": "{\"mine\": 1}"}  # fmt: skip
+    for path, text in theirs.items():
+        path.write_text(text)
+    jsonl = watch_mod.created(tmp_path, f"wrong-reads-{pid}", ".jsonl")
+    assert jsonl.name == f"wrong-reads-{pid}-1.jsonl" and jsonl.read_text() == ""
+    w = watch_mod.LiveWatch.__new__(watch_mod.LiveWatch)
+    w.policy, w.version = get_policy("align"), "0.33.0"
+    w.judged = w.reads = w.wrong = w.skipped = 0
+    w.summary = watch_mod.created(tmp_path, f"summary-{pid}", ".json")
+    w.write_totals()
+    assert json.loads(w.summary.read_text())["wrong"] == 0 and w.summary.name.endswith("-1.json")
+    assert all(path.read_text() == text for path, text in theirs.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*(p.name for p in theirs), jsonl.name, w.summary.name]
+    )  # no temporary left

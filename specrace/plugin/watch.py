@@ -14,6 +14,7 @@ import functools
 import json
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,20 @@ def arm(cls: type, cfg: Any, version: str) -> None:
              version, cfg.out, cfg.every)  # fmt: skip
 
 
+def created(folder: Path, stem: str, suffix: str) -> Path:
+    """A new empty file ``stem + suffix`` in ``folder`` (``stem-1``, ``stem-2``, ... where the
+    name is taken), made exclusively: the watch writes only files it made itself, never one
+    that was there (a user's, or another process's with a recycled pid)."""
+    for n in range(1000):
+        path = folder / f"{stem}{f'-{n}' if n else ''}{suffix}"
+        try:
+            with path.open("x"):
+                return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: {stem}{suffix} and 999 more names are taken")
+
+
 class LiveWatch(Recorder):
     def __init__(self, runner: Any, cfg: Any, version: str) -> None:
         super().__init__(runner, level="full", max_steps=RING)
@@ -58,8 +73,9 @@ class LiveWatch(Recorder):
         self.judged = self.reads = self.wrong = self.skipped = 0
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
-        self.jsonl = out / f"wrong-reads-{os.getpid()}.jsonl"
-        self.summary = out / f"summary-{os.getpid()}.json"
+        self.jsonl = created(out, f"wrong-reads-{os.getpid()}", ".jsonl")
+        self.summary = created(out, f"summary-{os.getpid()}", ".json")
+        self.write_totals()  # never an empty summary, whenever the process stops
         atexit.register(self.write_totals)  # the steps after the last summary line
 
     def slot(self, i: int) -> int | None:
@@ -156,10 +172,13 @@ class LiveWatch(Recorder):
         }
 
     def write_totals(self) -> dict[str, Any]:
+        """The totals into this process's summary file: written beside it under a fresh name,
+        then renamed over it (a file this watch created, :func:`created`)."""
         t = self.totals()
-        tmp = self.summary.with_suffix(".tmp")
-        tmp.write_text(json.dumps(t))
-        tmp.replace(self.summary)
+        fd, tmp = tempfile.mkstemp(dir=self.summary.parent, prefix=f".{self.summary.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(t))
+        os.replace(tmp, self.summary)
         return t
 
     def log_summary(self) -> None:
