@@ -151,4 +151,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"{r['wrong_watched']} / {r['wrong_both']} | {r['steps_skipped']} "
             f"| {'yes' if r['equal'] else '**no**'} |"
         )
+    bare = [r for r in rows if r["patch"] == "none"]
+    wrong, reads = sum(r["wrong_watched"] for r in bare), sum(r["reads_watched"] for r in bare)
+    equal = sum(bool(r["equal"]) for r in rows)
+    out.append(f"\nUnguarded passes: the watch saw {wrong} in {reads:,} reads; equal to the "
+               f"export in {equal} of {len(rows)} passes.")  # fmt: skip
     return "\n".join(out) + "\n"

@@ -185,6 +185,11 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
     assert len({r["config"] for r in bare}) >= 2 and all(r["wrong_watched"] > 0 for r in bare)
     assert all(r["wrong_watched"] == 0 for r in watched if r["patch"] != "none")
     wrong = sum(r["wrong_watched"] for r in bare)
+    flat = " ".join(doc.split())
+    for v in ("0.24.0", "0.33.0"):  # sim's agreement on the same passes, as the doc quotes it
+        mine = [r for r in results(root)[0] if r["vllm"] == v]
+        agree, scored = sum(int(r["agree"]) for r in mine), sum(int(r["scored"]) for r in mine)
+        assert agree == scored and f"{agree:,}/{scored:,} on {v}" in flat
     reads = sum(r["reads_watched"] for r in bare)
     assert f"{wrong} in {reads:,} reads" in doc
     import statistics
