@@ -50,6 +50,12 @@ SIGNED_JSON = ["data/vllm/ab/summary.json", "data/vllm/ab/consequence.json",
                "data/vllm/schedule_match.json"]  # fmt: skip
 
 
+# Trees of vLLM runs whose own top folder holds the tables over every run under it
+# (gpu_check.vllm.tables.write_tables): marked as the vllm-run kind, the tables listed.
+TABLES = ("results.csv", "timing.csv", "op_timing.csv", "watch.csv")
+TABLE_ROOTS = {"data/vllm": TABLES, "data/vllm/plugin": TABLES}
+
+
 def tracked(under: str) -> list[str]:
     out = subprocess.run(["git", "ls-files", under], cwd=ROOT, capture_output=True, text=True)
     return out.stdout.split()
@@ -71,9 +77,26 @@ def unmarked_outputs() -> dict[Path, str]:
     return out
 
 
+def mark_table_roots(version: str) -> None:
+    """The tree roots' tables, as their folders' own (a marker, then each committed table)."""
+    for rel, names in TABLE_ROOTS.items():
+        folder = ROOT / rel
+        if (folder / MARKER).exists():
+            continue
+        command = "python -m gpu_check vllm-export (the tables over every run under this folder)"
+        doc = {"kind": "vllm-run", "version": version, "command": command, "format": FORMAT}
+        (folder / MARKER).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        files = [n for n in names if f"{rel}/{n}" in tracked(rel)]
+        lines = [json.dumps({"path": n, "sha256": sha256(folder / n)}, sort_keys=True)
+                 for n in files]  # fmt: skip
+        (folder / MANIFEST).write_text("".join(line + "\n" for line in lines))
+        print(f"{rel} (vllm-run tables): {len(files)} listed")
+
+
 def main() -> None:
     from sim.version import version
 
+    mark_table_roots(version())
     for folder, kind in sorted(unmarked_outputs().items()):  # a marker of the old form first
         command = f"{KINDS[kind]} (committed before outputs were marked)"
         doc = {"kind": kind, "version": version(), "command": command}
