@@ -257,6 +257,36 @@ def configs_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def mrv2_markdown(rows: list[dict[str, Any]], timing: list[dict[str, Any]]) -> str:
+    """MRv2's releases side by side, per mode and GPU delay: passes, reads, wrong reads observed
+    and how many reads the policy predicted, and the median step of the passes (min-max)."""
+    v2 = [r for r in rows if r["runner"] == "v2"]
+    versions = sorted({str(r["vllm"]) for r in v2})
+    if len(versions) < 2:
+        return ""
+    steps: dict[tuple[str, str, str, float], list[float]] = {}
+    for t in timing:
+        if t["pass"] == "instrumented":
+            key = (str(t["vllm"]), str(t["run"]), str(t["mode"]), float(t["gpu_delay_ms"]))
+            steps.setdefault(key, []).append(float(t["step_ms_median"]))
+    head = "| mode | delay ms | " + " | ".join(
+        f"{v}: passes | {v}: median step ms | {v}: wrong / reads | {v}: predicted" for v in versions
+    )
+    out = [head + " |", "|---|---|" + "---|---|---|---|" * len(versions)]
+    for mode, delay in sorted({(str(r["mode"]), float(r["gpu_delay_ms"])) for r in v2}):
+        cells = [mode, f"{delay:g}"]
+        for v in versions:
+            rs = [r for r in v2 if r["vllm"] == v and r["mode"] == mode
+                  and float(r["gpu_delay_ms"]) == delay]  # fmt: skip
+            ms = [m for r in rs for m in steps.get((v, str(r["run"]), mode, delay), [])]
+            span = f"{min(ms):.1f}" + (f"–{max(ms):.1f}" if len(ms) > 1 else "") if ms else "–"
+            reads, wrong = sum(_n(r["reads"]) for r in rs), sum(_n(r["wrong_observed"]) for r in rs)
+            agree, scored = sum(_n(r["agree"]) for r in rs), sum(_n(r["scored"]) for r in rs)
+            cells += [str(len(rs)), span, f"{wrong} / {reads:,}", f"{agree:,}/{scored:,}"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def markdown(root: Path, rows: list[dict[str, Any]]) -> str:
     """``vllm-compare ROOT --markdown``: the agreement tables; where ``ROOT`` holds them, the
     plugin's watch against each export (``watch.json``) and its cost (``bench-*/summary.json``)."""
@@ -265,6 +295,9 @@ def markdown(root: Path, rows: list[dict[str, Any]]) -> str:
     from gpu_check.vllm.watch_check import rows as watch_rows
 
     out = summary_markdown(rows) + "\n" + configs_markdown(rows)
+    if any(r["runner"] == "v2" for r in rows):  # MRv2's releases side by side
+        side = mrv2_markdown(rows, results(root)[1])
+        out += "\n" + side if side else ""
     watched = watch_rows(root)
     if watched:
         out += "\n" + watch_markdown(watched)

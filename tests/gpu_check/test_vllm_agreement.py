@@ -92,7 +92,7 @@ def test_device_authoritative_never_reads_the_buffer(land_pos: int) -> None:
 def test_readme_totals_match_the_committed_results() -> None:
     import pandas as pd
 
-    from gpu_check.vllm.tables import configs_markdown, results, summary_markdown
+    from gpu_check.vllm.tables import configs_markdown, mrv2_markdown, results, summary_markdown
 
     r = pd.read_csv(DATA / "results.csv")
     text = (DATA / "README.md").read_text()
@@ -107,8 +107,9 @@ def test_readme_totals_match_the_committed_results() -> None:
         f"reads, {scored:,} scored, all {r['close_call_agree'].sum():,} agree"
     )
     assert close in text
-    rows = results(DATA)[0]
+    rows, timing = results(DATA)
     assert summary_markdown(rows) in text and configs_markdown(rows) in text
+    assert mrv2_markdown(rows, timing) in text  # MRv2 of 0.33.0 and 0.34.0 side by side
 
 
 def test_each_run_gets_the_policy_sims_resolution_assigns() -> None:
@@ -164,6 +165,52 @@ def test_mrv2_run_is_clean_and_its_resets_are_the_block_crossings(tmp_path: Path
     step["consumed"][step["consumed"].index(4)] = 2
     rep2 = export_run_v2(raw, tmp_path / "b", summary)
     assert rep2["wrong_observed"] == 1 and rep2["agree"] == rep["agree"] - 1
+
+
+def test_0340_mrv2_record_is_what_issue_45_asks(tmp_path: Path) -> None:
+    """vLLM 0.34.0 on the GPU: align and none, at and past the CPU/GPU boundary, at least 20,000
+    reads, every read predicted by the policy sim.resolve assigns, the record re-exported from
+    its raw files to the committed agreement."""
+    import gzip
+
+    from gpu_check.vllm.export_v2 import export_run_v2
+    from gpu_check.vllm.tables import results
+
+    rows = [r for r in results(DATA)[0] if r["vllm"] == "0.34.0"]
+    assert {r["mode"] for r in rows} == {"align", "none"} and {r["runner"] for r in rows} == {"v2"}
+    assert {r["policy"] for r in rows} == {policy_for("align", "0.34.0", "v2").name} == {"mrv2"}
+    assert sum(int(r["reads"]) for r in rows) >= 20_000
+    assert all(r["agree"] == r["scored"] == r["reads"] for r in rows)
+    assert len({r["gpu_delay_ms"] for r in rows if r["mode"] == "align"}) >= 2
+    folder = DATA / "v0.34.0-mrv2"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["vllm_version"] == "0.34.0"
+    assert summary["environment"]["device"].startswith("NVIDIA")
+    for raw_path in sorted((folder / "raw").glob("raw_*.json.gz")):
+        raw = json.loads(gzip.decompress(raw_path.read_bytes()))
+        name = raw_path.name.removeprefix("raw_").removesuffix(".json.gz")
+        rep = export_run_v2(raw, tmp_path / name, summary)
+        assert rep == json.loads((folder / name / "agreement.json").read_text())
+
+
+def test_mrv2_side_by_side_puts_each_release_in_its_own_columns() -> None:
+    from gpu_check.vllm.tables import mrv2_markdown
+
+    def row(v: str, run: str, wrong: int) -> dict:
+        return {"vllm": v, "runner": "v2", "run": run, "mode": "align", "gpu_delay_ms": 22.0,
+                "reads": 100, "wrong_observed": wrong, "agree": 100 - wrong,
+                "scored": 100}  # fmt: skip
+
+    def step(v: str, run: str, ms: float) -> dict:
+        return {"vllm": v, "run": run, "mode": "align", "gpu_delay_ms": 22.0,
+                "pass": "instrumented", "step_ms_median": ms}  # fmt: skip
+
+    rows = [row("0.33.0", "a", 0), row("0.34.0", "b", 2), row("0.34.0", "c", 0)]
+    timing = [step("0.33.0", "a", 25.0), step("0.34.0", "b", 23.0), step("0.34.0", "c", 24.5)]
+    body = mrv2_markdown(rows, timing).splitlines()[2]
+    want = "| align | 22 | 1 | 25.0 | 0 / 100 | 100/100 | 2 | 23.0–24.5 | 2 / 200 | 198/200 |"
+    assert body == want
+    assert mrv2_markdown(rows[:1], timing) == ""  # one release: nothing to set beside it
 
 
 def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
