@@ -237,7 +237,7 @@ def test_drain_judges_landed_steps_only_and_never_waits(tmp_path):
     w.truth_ring = torch.zeros((RING, 4), dtype=torch.int32)
     w.events = [_Event() for _ in range(RING)]
     w.slot_step = [-1] * RING
-    w.judged = w.reads = w.wrong = w.skipped = 0
+    w.judged = w.reads = w.wrong = w.skipped = w.count = w.host_ns = 0
     w.jsonl, w.summary = tmp_path / "wrong-reads-1.jsonl", tmp_path / "summary-1.json"
     s0 = _step(0, [-1, -1], [1, 1]) | {"truth_n": 2, "t_read_end": 1}
     # step 1 read before step 0's copy landed: both counts wrong
@@ -370,7 +370,7 @@ def test_the_watch_writes_only_files_it_made(tmp_path, monkeypatch):
     assert jsonl.name == f"wrong-reads-{pid}-1.jsonl" and jsonl.read_text() == ""
     w = watch_mod.LiveWatch.__new__(watch_mod.LiveWatch)
     w.policy, w.version = get_policy("align"), "0.33.0"
-    w.judged = w.reads = w.wrong = w.skipped = 0
+    w.judged = w.reads = w.wrong = w.skipped = w.count = w.host_ns = 0
     w.summary = watch_mod.created(tmp_path, f"summary-{pid}", ".json")
     w.write_totals()
     assert json.loads(w.summary.read_text())["wrong"] == 0 and w.summary.name.endswith("-1.json")
@@ -378,3 +378,61 @@ def test_the_watch_writes_only_files_it_made(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [*(p.name for p in theirs), jsonl.name, w.summary.name]
     )  # no temporary left
+
+
+def test_the_watch_times_its_own_hooks_not_vllms_methods(monkeypatch):
+    """host_ns is the hooks' own time: a hook's span less the span of the method it wraps, so
+    a hooked method called inside another hook's method is not counted twice."""
+    from specrace.plugin import watch as watch_mod
+
+    now = [0]
+    monkeypatch.setattr(watch_mod.time, "perf_counter_ns", lambda: now[0])
+
+    def tick(ns):
+        now[0] += ns
+
+    class Batch:
+        def swap_states(self):
+            tick(1_000)  # vLLM's own work
+
+    class Runner:
+        def __init__(self):
+            self.batch = Batch()
+
+        def execute_model(self):
+            tick(50_000)
+            self.batch.swap_states()
+            return "ran"
+
+    def factory(cost):  # a hook that spends `cost` before and after vLLM's method
+        def make(orig):
+            def hook(*args, **kwargs):
+                tick(cost)
+                out = orig(*args, **kwargs)
+                tick(cost)
+                return out
+
+            return hook
+
+        return make
+
+    w = watch_mod.LiveWatch.__new__(watch_mod.LiveWatch)
+    w.host_ns, w._saved = 0, []
+    runner = Runner()
+    w._hook(runner, "execute_model", factory(300))
+    w._hook(runner.batch, "swap_states", factory(20))
+    assert runner.execute_model() == "ran" and now[0] == 51_000 + 600 + 40
+    assert w.host_ns == 640  # 2 x 300 + 2 x 20: none of vLLM's 51,000 ns
+    w.uninstall()
+    assert runner.execute_model() == "ran" and w.host_ns == 640  # off: nothing more counted
+
+
+def test_the_summary_line_gives_the_watchs_host_time_per_step():
+    from specrace.plugin.report import summary_line
+
+    t = {"vllm": "0.33.0", "policy": "align", "steps": 1000, "reads": 20000, "wrong": 3,
+         "skipped_steps": 0, "runner_steps": 1002, "host_ns": 1002 * 85_000}  # fmt: skip
+    assert summary_line(t).endswith("; the watch's own host time 85 µs per step")
+    doc = (Path(__file__).parent.parent / "docs" / "deployment.md").read_text()
+    assert summary_line(t | {"runner_steps": 1000, "host_ns": 85_000_000}) in doc
+    assert "host time" not in summary_line(t | {"runner_steps": 0})

@@ -67,6 +67,7 @@ COLUMNS = (
     "round", "config", "position", "arm", "watch", "guard", "plugin_state", "t_start_s",
     "wall_s", "out_tokens", "engine_steps", "tokens_per_s", "watch_runner_steps",
     "watch_steps", "watch_reads", "watch_wrong", "watch_skipped_steps", "watch_jsonl_lines",
+    "watch_host_ms",
 )  # fmt: skip
 BOOTSTRAP = 4000  # resamples of the paired ratios' median (seeded: the summary is reproducible)
 
@@ -222,6 +223,7 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
                 armed_ok &= len(done) == len(mine) and all(_num(r["watch_steps"]) for r in done)
                 entry["watch"] = {k[6:]: int(sum(_num(r[k]) or 0 for r in done)) for k in keys}
                 entry["watch"]["wrong_per_round"] = [int(_num(r["watch_wrong"]) or 0) for r in done]
+                entry["watch"].update(host_share(done))
                 jsonl_ok &= all(_num(r["watch_jsonl_lines"]) == _num(r["watch_wrong"])
                                 for r in done)  # fmt: skip
                 if ARMS[arm][1] is not None:
@@ -244,6 +246,19 @@ def summarize(rows: list[dict[str, Any]], arms: list[str], configs: list[str]) -
     return {"results": results, "checks": checks}
 
 
+def host_share(passes: list[dict[str, Any]]) -> dict[str, float]:
+    """The watch's own host time per runner step (ms) and as a share of the step (the pass's
+    wall time per engine step), over the passes that timed it."""
+    timed = [r for r in passes if _num(r.get("watch_host_ms")) is not None]
+    steps = sum(_num(r["watch_runner_steps"]) or 0 for r in timed)
+    if not timed or not steps:
+        return {}
+    host = sum(_num(r["watch_host_ms"]) or 0 for r in timed) / steps
+    step = sum(_num(r["wall_s"]) or 0 for r in timed) * 1e3 / sum(
+        _num(r["engine_steps"]) or 0 for r in timed)  # fmt: skip
+    return {"host_ms_per_step": round(host, 4), "host_share_of_step": round(host / step, 4)}
+
+
 def cost_markdown(summary: dict[str, Any]) -> str:
     """Each arm of each configuration of a bench's ``summary.json``: tokens/s and the paired
     ratio to ``off`` (``vllm-compare DIR --markdown`` on a folder holding ``bench-*/``)."""
@@ -253,8 +268,8 @@ def cost_markdown(summary: dict[str, Any]) -> str:
         f"{summary.get('rounds_done', '?')} rounds, commit {str(env.get('git_commit', '?'))[:7]}",
         "",
         "| config | arm | median tokens/s | ratio to off: median (min-max) | 95 % CI of the "
-        "median | rounds | wrong reads seen by the watch |",
-        "|---|---|---|---|---|---|---|",
+        "median | rounds | wrong reads seen by the watch | the watch's host time per step |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for cfg, arms in summary.get("results", {}).items():
         for arm, e in arms.items():
@@ -267,8 +282,12 @@ def cost_markdown(summary: dict[str, Any]) -> str:
                 rounds = str(r["rounds"])
             w = e.get("watch")
             wrong = f"{w['wrong']} in {w['reads']:,} reads" if w else ""
+            host = ""
+            if w and "host_ms_per_step" in w:
+                host = f"{w['host_ms_per_step']:.3f} ms ({100 * w['host_share_of_step']:.1f} %)"
             tps = e.get("median_tokens_per_s", "")
-            out.append(f"| {cfg} | {arm} | {tps} | {ratio or 1} | {ci} | {rounds} | {wrong} |")
+            out.append(f"| {cfg} | {arm} | {tps} | {ratio or 1} | {ci} | {rounds} | {wrong} "
+                       f"| {host} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -372,6 +391,7 @@ def watch_totals(runner: Any) -> dict[str, Any] | None:
         "watch_wrong": t["wrong"],
         "watch_skipped_steps": t["skipped_steps"],
         "watch_jsonl_lines": lines,
+        "watch_host_ms": round(t["host_ns"] / 1e6, 3),
         "_files": [watch.jsonl, watch.summary],
     }
 

@@ -27,16 +27,25 @@ def summary_line(t: dict[str, Any]) -> str:
     return (
         f"specrace watch: {t['wrong']} wrong accepted counts in {t['reads']:,} reads "
         f"({rate:.2f} per 10,000, 95 % CI {PER * float(lo):.2f}-{PER * float(hi):.2f}) "
-        f"over {t['steps']:,} steps observed; vLLM {t['vllm']}, policy {t['policy']}"
+        f"over {t['steps']:,} steps observed; vLLM {t['vllm']}, policy {t['policy']}" + host_time(t)
     )
+
+
+def host_time(t: dict[str, Any]) -> str:
+    """The watch's own host time per runner step, where the totals carry it."""
+    steps = int(t.get("runner_steps", 0))
+    if not steps or "host_ns" not in t:
+        return ""
+    return f"; the watch's own host time {int(t['host_ns']) / steps / 1e3:.0f} µs per step"
 
 
 def load(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     totals: dict[str, Any] = {"steps": 0, "reads": 0, "wrong": 0, "skipped_steps": 0,
-                              "vllm": "?", "policy": "?"}  # fmt: skip
+                              "runner_steps": 0, "host_ns": 0, "vllm": "?",
+                              "policy": "?"}  # fmt: skip
     for p in sorted(folder.glob("summary-*.json")):
         t = json.loads(p.read_text())
-        for k in ("steps", "reads", "wrong", "skipped_steps"):
+        for k in ("steps", "reads", "wrong", "skipped_steps", "runner_steps", "host_ns"):
             totals[k] += int(t.get(k, 0))
         totals["vllm"], totals["policy"] = t.get("vllm", "?"), t.get("policy", "?")
     reads = [json.loads(line) for p in sorted(folder.glob("wrong-reads-*.jsonl"))

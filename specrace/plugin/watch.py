@@ -5,6 +5,11 @@ instance hooks (the input batch is final by then). Per step the recorder polls t
 event (``query()`` only); its truth copy goes on a side stream that waits on the producer's
 stream, into a small pinned ring, with an event per slot. At each step the steps whose truth
 event has completed are judged (:mod:`specrace.plugin.judge`) and dropped: nothing waits.
+
+The watch times itself: each hook's own host time (the hook's span less the span of the vLLM
+method it wraps) is summed into ``host_ns``, so nested hooks are not counted twice. It is the
+host time the watch adds to the step, measured inside the step, where a tokens/s comparison
+between passes drowns in the host's drift from one pass to the next.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +77,43 @@ class LiveWatch(Recorder):
         self.events = [self.torch.cuda.Event() for _ in range(RING)]
         self.slot_step = [-1] * RING
         self.judged = self.reads = self.wrong = self.skipped = 0
+        self.host_ns = 0  # the watch's own host time, all hooks (the module's docstring)
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
         self.jsonl = created(out, f"wrong-reads-{os.getpid()}", ".jsonl")
         self.summary = created(out, f"summary-{os.getpid()}", ".json")
         self.write_totals()  # never an empty summary, whenever the process stops
         atexit.register(self.write_totals)  # the steps after the last summary line
+
+    def _hook(self, obj: Any, name: str, factory) -> None:
+        super()._hook(obj, name, self._timed(factory))
+
+    def _timed(self, factory):
+        """``factory`` whose hook adds its own time, less its wrapped method's, to ``host_ns``."""
+        clock = time.perf_counter_ns
+
+        def make(orig):
+            inner = [0]
+
+            def timed_orig(*args, **kwargs):
+                t = clock()
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    inner[0] += clock() - t
+
+            hook = factory(timed_orig)
+
+            def timed(*args, **kwargs):
+                t, before = clock(), inner[0]
+                try:
+                    return hook(*args, **kwargs)
+                finally:
+                    self.host_ns += clock() - t - (inner[0] - before)
+
+            return timed
+
+        return make
 
     def slot(self, i: int) -> int | None:
         return i % RING
@@ -169,6 +206,8 @@ class LiveWatch(Recorder):
             "reads": self.reads,
             "wrong": self.wrong,
             "skipped_steps": self.skipped,
+            "runner_steps": self.count,
+            "host_ns": self.host_ns,
         }
 
     def write_totals(self) -> dict[str, Any]:

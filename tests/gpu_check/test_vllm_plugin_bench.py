@@ -191,6 +191,23 @@ def test_each_check_can_fail(spoil):
     assert checks[key] in (False, {"watch+private-d2h": False})
 
 
+def test_the_watchs_host_time_is_a_share_of_its_passes_steps():
+    rows = [{"watch_host_ms": 29.0, "watch_runner_steps": 290, "wall_s": 5.8, "engine_steps": 290},
+            {"watch_host_ms": 87.0, "watch_runner_steps": 290, "wall_s": 8.7, "engine_steps": 290},
+            {"watch_runner_steps": 290, "wall_s": 1.0, "engine_steps": 290}]  # fmt: skip
+    # 116 ms over 580 steps = 0.2 ms per step; steps of 20 and 30 ms = 25 ms on average
+    assert pb.host_share(rows) == {"host_ms_per_step": 0.2, "host_share_of_step": 0.008}
+    assert pb.host_share(rows[2:]) == {}  # a bench from before the watch timed itself
+    arms, table = _table()
+    for r in table:
+        if r["arm"] == "watch":
+            r |= {"watch_host_ms": 29.0, "wall_s": 5.8, "engine_steps": 290}
+    doc = pb.summarize(table, arms, ["s16_d0ms"])
+    assert doc["results"]["s16_d0ms"]["watch"]["watch"]["host_share_of_step"] == 0.005
+    line = next(x for x in pb.cost_markdown(doc).splitlines() if "| watch |" in x)
+    assert line.endswith("| 0.100 ms (0.5 %) |")
+
+
 def test_too_few_rounds_give_no_interval():
     assert pb.bootstrap_median([1.0, 1.1]) is None
     assert pb.bootstrap_median([1.0, 1.1, 0.9]) is not None
