@@ -249,3 +249,19 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
     assert f"about {round(need)} paired rounds" in doc.replace("\n  ", " ")
     readme = (DATA.parent.parent / "README.md").read_text()
     assert f"same\n{wrong} in {reads:,} reads" in readme
+    # the off/watch call: its median, interval and spread, and the rounds that spread would need
+    long = json.loads((root / "bench-0.33.0-off-watch" / "summary.json").read_text())["results"]
+    ratio = long["s16_d0ms"]["watch"]["ratio_to_off"]
+    sd = statistics.stdev(ratio["per_round"])
+    lo, hi = ratio["bootstrap95_median"]
+    flat_readme = " ".join(readme.split())
+    assert (
+        f"{ratio['rounds']} rounds: {ratio['median']:.3f} of off, 95 % interval {lo:.3f}-{hi:.3f}"
+        in flat_readme
+    )
+    assert (
+        f"the median ratio was {ratio['median']:.3f}, its bootstrap 95 % interval {lo:.3f}-{hi:.3f}"
+        in flat
+    )
+    assert f"deviation of {sd:.3f} over {ratio['rounds']} rounds" in flat
+    assert f"needs about {round((1.96 * sd / 0.03) ** 2)} paired rounds" in flat
