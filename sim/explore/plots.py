@@ -117,8 +117,8 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
                     labelled.add((xr, int(ki)))
                     shared = counts.get((xr, ki), 1) > 1
                     ax.annotate(f"{int(ki):,}", (xi, yi), textcoords="offset points",
-                                xytext=(5, dy), fontsize=7,
-                                color="black" if shared else color)  # fmt: skip
+                                xytext=(5, label_offset(rates, x, what, policy, xr, yi, dy)),
+                                fontsize=7, color="black" if shared else color)  # fmt: skip
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(label)
         ax.set_yscale("log")
@@ -135,6 +135,21 @@ def hazard_plot(sweep: pd.DataFrame, x: str | None = None, title: str = "") -> F
         fontsize=11,
     )
     return fig
+
+
+def label_offset(rates: pd.DataFrame, x: str, what: str, policy: str, xr: float, y: float,
+                 default: int) -> int:  # fmt: skip
+    """A count label's vertical offset (points): away from another policy's point at the same
+    x within a factor of 3 (a label above a point with another just above it touched that
+    marker), else the policy's staggered ``default``."""
+    at = rates[(rates[x] == xr) & (rates["policy"] != policy) & (rates[what] > 0)]
+    near = at[f"{what}_rate"].to_numpy() * PER
+    near = near[(near > y / 3) & (near < y * 3)]
+    if near.size and (near >= y).all():
+        return -12
+    if near.size and (near < y).all():
+        return 6
+    return default
 
 
 def policy_order(names) -> list[str]:
