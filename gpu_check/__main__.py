@@ -557,7 +557,8 @@ def cmd_vllm_plan(args: argparse.Namespace) -> str:
 def cmd_vllm_outcome(args: argparse.Namespace) -> str:
     from pathlib import Path
 
-    from gpu_check.vllm.outcome import outcome, outcome_text
+    from gpu_check.vllm.outcome import outcome_text
+    from gpu_check.vllm.prereg_forecast import outcome_with_forecast as outcome
     from sim.runs.outputs import proved_file
 
     runs = [Path(r) for r in args.runs]

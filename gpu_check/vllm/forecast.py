@@ -112,12 +112,16 @@ def sim_samples(
     return out
 
 
-def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds: int = COND_SEEDS):
-    """The central forecast at the host factor of a measured gauge (1 without one): pooled
-    rate, median step, landing mix, as ``vllm-forward``'s point forecast."""
+def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds: int = COND_SEEDS,
+                factor: float | None = None):  # fmt: skip
+    """The central forecast at the host factor of a measured gauge (1 without one), or at
+    ``factor`` where given (a gauge measured on another configuration, turned into a factor on
+    that configuration's own timing): pooled rate, median step, landing mix, as
+    ``vllm-forward``'s point forecast."""
     from gpu_check.vllm.outcome import LANDING
 
-    f = factor_of_gauge(gauge_ms, sc.timing) if gauge_ms is not None else 1.0
+    f = factor if factor is not None else (
+        factor_of_gauge(gauge_ms, sc.timing) if gauge_ms is not None else 1.0)  # fmt: skip
     scaled = replace(sc, timing=scale_host(sc.timing, f))
     per = [simulate_seed(sched, scaled, policy, s) for s in range(seeds)]
     steps = sum(p["steps"] for p in per)

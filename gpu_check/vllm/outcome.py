@@ -268,14 +268,16 @@ def run_folder(roots: list[Path], vllm: str, mode: str, config: str, run: str = 
     )
 
 
-def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str, Any]:
+def outcome(prereg: Path, roots: list[Path], partial: bool = False, score=None) -> dict[str, Any]:
     """Judge every prediction against its run. ``partial``: a prediction whose run did not
     happen (a device call cut short) is listed under ``not_run`` and left out of the fraction,
-    instead of stopping the whole outcome."""
+    instead of stopping the whole outcome. ``score(judged, predictions)``: more judgement of
+    the (prediction, observed, export folder) triples, kept under ``forecast`` where it
+    returns one (:mod:`gpu_check.vllm.prereg_forecast`)."""
     path = prereg / "predictions.json"
     preds = _json(path, "predictions")
     configs = check_predictions(preds, str(path))
-    rows, not_run = [], []
+    rows, not_run, judged = [], [], []
     for p in configs:
         try:
             folder = run_folder(roots, p["vllm"], p["mode"], p["config"], p.get("run", ""))
@@ -285,6 +287,7 @@ def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str,
             not_run.append(f"{p.get('run') or 'v' + p['vllm']}/{p['mode']}_{p['config']}")
             continue
         obs = observed(folder)
+        judged.append((p, obs, folder))
         summary = _json(folder.parent / "summary.json", "vllm-run summary")
         rows.append(
             {
@@ -314,6 +317,9 @@ def outcome(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str,
         **({"not_run": not_run} if partial else {}),
         "results": rows,
     }
+    extra = score(judged, preds) if score is not None else None
+    if extra is not None:
+        doc["forecast"] = extra
     write_json(prereg / "outcome.json", doc, sign=True)
     return doc
 
@@ -389,6 +395,11 @@ def ab_summary(roots: list[Path], out: Path) -> dict[str, Any]:
 
 def outcome_text(doc: dict[str, Any]) -> str:
     lines = [f"{doc['configs']} configurations, meets_all {doc['meets_all_fraction']:.2f}"]
+    for name, e in doc.get("forecast", {}).get("per_regime", {}).items():
+        cov = ", ".join(f"{p} {c['covered']}/{c['passes']}" for p, c in e["coverage"].items())
+        c4 = e["conditional_meets_all"]
+        lines.append(f"  forecast, {name}: {e['passes']} passes; inside the 90 % interval: {cov}; "
+                     f"given the gauge, meets all {c4['meets']}/{c4['passes']}")  # fmt: skip
     for r in doc["results"]:
         p, o = r["predicted"], r["observed"]
         lines.append(

@@ -73,6 +73,22 @@ def _scenario(vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int)
     return scenario_for(c, cal, raw)
 
 
+def prepared(vllm: str, mode: str, cfg: RunConfig, cal: dict[str, Any], k: int = 3):
+    """The schedule sim's scheduler makes of the configuration's requests, its scenario and
+    the policy its run gets: what every forecast of it simulates."""
+    sc = _scenario(vllm, mode, cfg, cal, k)
+    max_steps = 8 * (sum(r.output_len for r in sc.workload.requests) // cfg.max_num_seqs + 64)
+    sched = build_schedule(sc, 0, max_steps)
+    busy = [i for i, s in enumerate(sched.steps) if s.num_reqs]
+    if not busy or busy[-1] >= max_steps - 1:
+        raise SpecraceError(f"{cfg.name}: the workload does not finish in {max_steps} steps")
+    sched.steps = sched.steps[: busy[-1] + 1]
+    policy = (
+        get_policy(PATCHES[cfg.patch].sim_policy) if cfg.patch != "none" else policy_for(mode, vllm)
+    )
+    return sched, sc, policy
+
+
 def predict_config(
     vllm: str,
     mode: str,
@@ -85,16 +101,7 @@ def predict_config(
 ) -> dict[str, Any]:
     """One configuration's prediction; with ``model`` (the committed vllm-forward's
     ``forecast``), its 90 % intervals too (:func:`gpu_check.vllm.forecast.unconditional`)."""
-    sc = _scenario(vllm, mode, cfg, cal, k)
-    max_steps = 8 * (sum(r.output_len for r in sc.workload.requests) // cfg.max_num_seqs + 64)
-    sched = build_schedule(sc, 0, max_steps)
-    busy = [i for i, s in enumerate(sched.steps) if s.num_reqs]
-    if not busy or busy[-1] >= max_steps - 1:
-        raise SpecraceError(f"{cfg.name}: the workload does not finish in {max_steps} steps")
-    sched.steps = sched.steps[: busy[-1] + 1]
-    policy = (
-        get_policy(PATCHES[cfg.patch].sim_policy) if cfg.patch != "none" else policy_for(mode, vllm)
-    )
+    sched, sc, policy = prepared(vllm, mode, cfg, cal, k)
     keys = ("reads", "wrong", "transitions", "wrong_transitions", "steps")
     regime_keys = ("entry", "between", "after", "waited")
     per = [simulate_seed(sched, sc, policy, seed) for seed in range(seeds)]

@@ -165,3 +165,49 @@ def test_outcome_partial_lists_the_predictions_whose_run_is_missing(tmp_path, mo
     assert doc["configs"] + len(doc["not_run"]) == n and doc["not_run"]
     assert all("0.33.0" in x for x in doc["not_run"])
     assert all(r["vllm"] == "0.24.0" for r in doc["results"])
+
+
+def test_a_forecast_round_is_scored_per_regime_on_its_committed_intervals(tmp_path, monkeypatch):
+    """Issue 44's outcome on predictions that carry the forecast (vllm-plan's intervals, as
+    committed), against two processes of the same configurations (v0.24.0 and v0.24.0-repeat):
+    coverage counted from the committed intervals, the spread between processes, and the
+    gauge of each process's pure pass conditioning its passes."""
+    from gpu_check.vllm.config import RunConfig
+    from gpu_check.vllm.plan import CALIBRATION, predict_config
+    from gpu_check.vllm.prereg_forecast import outcome_with_forecast
+
+    monkeypatch.chdir(REPO)
+    committed = json.loads(CALIBRATION.read_text())
+    configs = []
+    for delay in (0, 12000):
+        cfg = RunConfig(max_num_seqs=16, gpu_delay_us=delay, baseline=False)
+        pred = predict_config("0.24.0", "align", cfg, committed["calibration"], 3, 1, "",
+                              committed["forecast"])  # fmt: skip
+        configs += [pred | {"run": run} for run in ("v0.24.0", "v0.24.0-repeat")]
+    dest = tmp_path / "round"
+    dest.mkdir()
+    doc = {"schema": "specrace.vllm_predictions", "command": "test", "made_at_commit": "test",
+           "calibration": str(CALIBRATION), "configs": configs}  # fmt: skip
+    (dest / "predictions.json").write_text(json.dumps(doc))
+    out = outcome_with_forecast(dest, [Path("data/vllm")])
+    fc = out["forecast"]
+    rows = fc["passes_table"]
+    assert fc["passes"] == len(rows) == 4 and out["configs"] == 4
+    assert {r["gauge_from"] for r in rows} == {"the process's pure pass"}
+    # the d0 pass of each process is its gauge: conditioned at its own factor
+    for run in ("v0.24.0", "v0.24.0-repeat"):
+        f = {r["config"]: r["cond_factor"] for r in rows if r["run"] == run}
+        assert len(set(f.values())) == 1  # one factor per process
+    covered = sum(r["rate_pi_lo"] <= r["rate_observed"] <= r["rate_pi_hi"] for r in rows)
+    assert fc["per_regime"]["overall"]["coverage"]["rate"]["covered"] == covered
+    by_regime = {name: e["passes"] for name, e in fc["per_regime"].items() if name != "overall"}
+    assert sum(by_regime.values()) == 4
+    # each pass has one pass of its configuration in the other process: a between-window width
+    between = [e["sharpness_between_windows"]["passes"] for name, e in fc["per_regime"].items()
+               if name != "overall"]  # fmt: skip
+    assert sum(between) == 4
+    assert json.loads((dest / "outcome.json").read_text())["forecast"]["passes"] == 4
+    from gpu_check.vllm.outcome import outcome_text
+
+    text = outcome_text(out)
+    assert f"forecast, overall: 4 passes; inside the 90 % interval: rate {covered}/4" in text

@@ -1,0 +1,187 @@
+"""A pre-registered forecast against its runs: issue 44's criterion on the intervals that
+``vllm-plan`` committed before the run (``predictions.json``, each configuration's
+``forecast``), not on intervals recomputed afterwards.
+
+Per pass (one prediction, one exported run):
+
+- its **regime** by the observed copy-at-entry share (:func:`gpu_check.vllm.forecast.regime`);
+- whether the observed rate, median step and entry share lie inside the committed 90 %
+  intervals (i), and, at the boundary, whether the rate lies above the upper end (iii);
+- the **gauge-conditioned** forecast (iv): sim at the host factor of a measured gauge, judged
+  by #23's strict three parts (:func:`gpu_check.vllm.outcome.judge`). The gauge is that of the
+  process's own pure pass (align at 0 ms, the same run and repeat), turned into a factor on
+  that pass's own timing; a process without one uses the pass's own gauge, as ``vllm-forward``
+  does. ``gauge_from`` says which.
+
+Sharpness (ii) is reported two ways: against vLLM's spread around the median of a
+configuration's other passes (``own_spread``, as ``vllm-forward`` reports it), and, since a
+forecast made before a run cannot know the run's window, against the spread of each pass
+around the median of the same configuration's passes *in other processes*
+(:func:`between_window_spread`; docs/forward-prediction.md, "Sharpness (ii) as stated is out
+of reach before a run", proposal (ii')).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpu_check.vllm import forecast as fc
+
+Judged = tuple[dict[str, Any], dict[str, Any], Path]  # prediction, observed, export folder
+
+
+def config_key(p: dict[str, Any]) -> str:
+    """A configuration across its passes and processes: release, mode, workload, k, patch."""
+    c = p["run_config"]
+    return (f"{p['vllm']}/{p['mode']}/s{c['max_num_seqs']}_d{c['gpu_delay_us']}us/"
+            f"{c['arrivals']}/k{p['k']}/{p['patch']}")  # fmt: skip
+
+
+def gauges(judged: list[Judged]) -> dict[tuple[str, int], tuple[dict[str, Any], float]]:
+    """Each process's (run, repeat) pure pass with the least GPU delay (align at 0 ms where it
+    ran): its prediction and measured gauge (ms)."""
+    from gpu_check.vllm.outcome import _json
+
+    out: dict[tuple[str, int], tuple[dict[str, Any], float]] = {}
+    for p, _obs, folder in judged:
+        meta = _json(folder / "export.json", "vllm-export summary")
+        if not meta.get("host_gauge_pure") or meta.get("host_gauge_ms") is None:
+            continue
+        proc = (p.get("run", ""), p["run_config"]["rep"])
+        if proc not in out or (p["run_config"]["gpu_delay_us"]
+                               < out[proc][0]["run_config"]["gpu_delay_us"]):  # fmt: skip
+            out[proc] = (p, float(meta["host_gauge_ms"]))
+    return out
+
+
+def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.DataFrame:
+    """One row per pass: observed values, the committed intervals, coverage, the
+    gauge-conditioned forecast's verdicts."""
+    from gpu_check.vllm.config import run_config_of
+    from gpu_check.vllm.outcome import _json, judge
+    from gpu_check.vllm.plan import prepared
+    from sim.resolve.host_band import factor_of_gauge
+
+    pure = gauges(judged)
+    factor_at: dict[tuple[str, int], float] = {}
+    rows = []
+    for p, obs, folder in judged:
+        f = p["forecast"]
+        proc = (p.get("run", ""), p["run_config"]["rep"])
+        sched, sc, policy = prepared(p["vllm"], p["mode"], run_config_of(p["run_config"]), cal,
+                                     p["k"])  # fmt: skip
+        if proc in pure:
+            if proc not in factor_at:  # the pure pass's gauge on its own timing
+                gp, gauge_ms = pure[proc]
+                g_sc = prepared(gp["vllm"], gp["mode"], run_config_of(gp["run_config"]), cal,
+                                gp["k"])[1]  # fmt: skip
+                factor_at[proc] = factor_of_gauge(gauge_ms, g_sc.timing)
+            cond = fc.conditional(sched, sc, policy, None, simulate_seed,
+                                  factor=factor_at[proc])  # fmt: skip
+            source = "the process's pure pass"
+        else:
+            own = _json(folder / "export.json", "vllm-export summary").get("host_gauge_ms")
+            cond = fc.conditional(sched, sc, policy, own, simulate_seed)
+            source = "the pass's own" if own is not None else "none (factor 1)"
+        v = judge(cond, obs)
+        observed = {"rate": obs["rate"], "step": obs["step_ms"], "entry": obs["landing"]["entry"]}
+        row: dict[str, Any] = {
+            "run": p.get("run", ""), "config": p["config"], "rep": p["run_config"]["rep"],
+            "pass_group": config_key(p), "regime": fc.regime(observed["entry"]),
+            "regime_predicted": f["regime_predicted"], "gauge_from": source,
+            "cond_factor": round(cond["factor"], 4), "cond_meets_all": v["meets_all"],
+            "rate_observed": observed["rate"], "step_ms_observed": observed["step"],
+            "entry_observed": observed["entry"],
+        }  # fmt: skip
+        for part in fc.PARTS:
+            lo, hi = f[f"{part}_pi90"]
+            row |= {f"{part}_central": f[f"{part}_central"], f"{part}_pi_lo": lo,
+                    f"{part}_pi_hi": hi}  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def between_window_spread(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
+    """vLLM between processes, per regime and part: each pass against the median of the same
+    configuration's passes in *other* runs; the width of the interval around that median that
+    holds 90 % of them (twice the 90th percentile of the distance), in ``own_spread``'s units
+    (rate and entry share absolute, step relative)."""
+    dev: dict[str, dict[str, list[float]]] = {r: {p: [] for p in fc.PARTS} for r in fc.REGIMES}
+    cols = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
+    for _key, g in df.groupby("pass_group"):
+        for _i, row in g.iterrows():
+            others = g[g["run"] != row["run"]]
+            if others.empty:
+                continue
+            for part, col in cols.items():
+                med = float(np.median(others[col].to_numpy(float)))
+                v = float(row[col])
+                d = abs(v / med - 1) if part == "step" else abs(v - med)
+                dev[row["regime"]][part].append(d)
+    return {
+        r: {p: (round(2 * float(np.quantile(d, 0.9)), 6) if d else None) for p, d in ps.items()}
+        | {"passes": len(ps["rate"])}
+        for r, ps in dev.items()
+    }
+
+
+def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> dict[str, Any]:
+    """Issue 44's (i)-(iv) per regime on the committed intervals, with the sharpness against
+    the spread between processes beside the one ``vllm-forward`` reports."""
+    df = pass_rows(judged, cal, simulate_seed)
+    per = fc.criterion(df)
+    between = between_window_spread(df)
+    wid = fc.widths(df)
+    for name in fc.REGIMES:
+        mask = df["regime"] == name
+        sharp = {}
+        for part in fc.PARTS:
+            w = float(np.median(wid[part][mask])) if mask.any() else None
+            spread = between[name][part]
+            ratio = round(w / spread, 3) if (w is not None and spread) else None
+            sharp[part] = {"median_width": None if w is None else round(w, 6),
+                           "vllm_between_windows_width": spread, "ratio": ratio,
+                           "met": bool(ratio is not None
+                                       and ratio <= fc.TARGETS["width_ratio_max"])}  # fmt: skip
+        per[name]["sharpness_between_windows"] = sharp | {"passes": between[name]["passes"]}
+    return {
+        "passes": len(df),
+        "per_regime": per,
+        "regime_predicted_vs_observed": {
+            f"{a} -> {b}": int(n)
+            for (a, b), n in df.groupby(["regime_predicted", "regime"]).size().items()
+        },
+        "gauge_from": {k: int(n) for k, n in df["gauge_from"].value_counts().items()},
+        "passes_table": df.round(6).to_dict("records"),
+    }
+
+
+def outcome_with_forecast(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str, Any]:
+    """``vllm-outcome``: #23's criterion per configuration, and where the predictions carry
+    the forecast, issue 44's on it (``outcome.json``'s ``forecast``)."""
+    from gpu_check.vllm.outcome import outcome
+
+    return outcome(prereg, roots, partial, score=score_forecast)
+
+
+def score_forecast(judged: list[Judged], preds: dict[str, Any]) -> dict[str, Any] | None:
+    """The forecast's judgement, on the passes whose prediction carries one; the calibration
+    the conditional forecast runs on is the committed one the predictions name."""
+    from gpu_check.vllm.forward import simulate_seed
+    from gpu_check.vllm.plan import CALIBRATION
+    from sim.errors import SpecraceError
+
+    mine = [j for j in judged if "forecast" in j[0]]
+    if not mine:
+        return None
+    path = Path(preds.get("calibration") or CALIBRATION)
+    try:
+        cal = json.loads(path.read_text())["calibration"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SpecraceError(f"{path}: no calibration for the conditional forecast ({e})") from None
+    return forecast_outcome(mine, cal, simulate_seed) | {"calibration": str(path)}
