@@ -254,11 +254,6 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
     ratio = long["s16_d0ms"]["watch"]["ratio_to_off"]
     sd = statistics.stdev(ratio["per_round"])
     lo, hi = ratio["bootstrap95_median"]
-    flat_readme = " ".join(readme.split())
-    assert (
-        f"{ratio['rounds']} rounds: {ratio['median']:.3f} of off, 95 % interval {lo:.3f}-{hi:.3f}"
-        in flat_readme
-    )
     assert (
         f"the median ratio was {ratio['median']:.3f}, its bootstrap 95 % interval {lo:.3f}-{hi:.3f}"
         in flat
