@@ -146,3 +146,34 @@ def test_run_on_the_vector_tier_writes_the_simpy_tiers_files(tmp_path: Path) -> 
     assert (
         r.returncode == 2 and r.stderr == "error: --engine vector writes no trace: add --no-trace\n"
     )
+
+
+def _headers():
+    """Header edits the JSON reader refuses (issue 47: the parquet reader once skipped them)."""
+    yield "seed 2**64", lambda d: d.update(seed=2**64)
+    yield "negative seed", lambda d: d.update(seed=-1)
+    yield "duplicated req_id", lambda d: d["requests"].append(dict(d["requests"][0]))
+
+
+@pytest.mark.parametrize(("what", "edit"), list(_headers()), ids=[w for w, _ in _headers()])
+def test_the_json_and_parquet_readers_refuse_the_same_headers(what, edit, tmp_path) -> None:
+    import zlib
+
+    from sim.model.schedule_io import read_schedule
+
+    sched = build_schedule(load_scenario("minimal-race"), 0, 8)
+    doc = json.loads(dumps(sched))
+    edit(doc)
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    with pytest.raises(SpecraceError) as as_json:
+        read_schedule(tmp_path / "s.json")
+    write_schedule_parquet(tmp_path / "ok.parquet", sched)
+    t = pq.read_table(tmp_path / "ok.parquet")
+    head = json.loads(zlib.decompress(t.schema.metadata[schedule_parquet.META_KEY]))
+    edit(head)
+    meta = {schedule_parquet.META_KEY: zlib.compress(json.dumps(head).encode())}
+    pq.write_table(t.replace_schema_metadata(meta), tmp_path / "s.parquet")
+    with pytest.raises(SpecraceError) as as_parquet:
+        read_schedule_parquet(tmp_path / "s.parquet")
+    # the same rule refused both: the message past the file's name is the same
+    assert str(as_json.value).split(": ", 1)[1] == str(as_parquet.value).split(": ", 1)[1]
