@@ -16,8 +16,8 @@ from sim.cli.main import main
 from sim.explore import check as check_mod
 from sim.explore.check import (
     Checker,
+    RecordingLimits,
     Space,
-    _Probe,
     all_policy_names,
     check,
     result_json,
@@ -47,12 +47,17 @@ def unlanded():
     return check(Space(1, 4, 3), ["unsynced"])
 
 
-def test_probe_records_what_the_scheduler_compares() -> None:
-    log: list[int] = []
-    p = _Probe(5, log)
-    assert (p <= 7) is True and (p <= 3) is False  # generated >= output_len
-    assert (p < 9) is True  # need > capacity
-    assert log == [7, 3, 9]
+def test_the_checks_limits_record_what_the_scheduler_asks() -> None:
+    """The scheduler asks its limits (sim.model.limits); the check's answer as plain
+    comparisons do and records each value asked of an undecided length and of the capacity."""
+    out_logs: list[list[int] | None] = [[], None]
+    cap_log: list[int] = []
+    lim = RecordingLimits(out_logs, cap_log)
+    got = lim.reached(np.array([0, 1, 0]), np.array([7, 3, 2]), np.array([5, 5, 5]))
+    assert got.tolist() == [True, False, False]
+    assert out_logs == [[7, 2], None]  # request 1's length is decided: nothing to record
+    assert lim.exceeds(9, 5) is True and lim.exceeds(5, 5) is False
+    assert cap_log == [9, 5]
 
 
 def test_fixed_policies_are_safe_for_every_interleaving(small) -> None:

@@ -23,7 +23,7 @@ def test_a_recorded_align_run_is_reproduced_step_for_step() -> None:
 def test_without_the_extra_step_rule_the_run_drifts(monkeypatch) -> None:
     import sim.model.scheduler_rules as scheduler_rules
 
-    monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr: None)
+    monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr, limits=None: None)
     out = match(read_schedule(RUN / "schedule.json"), {"max_num_seqs": 16})
     assert out["identical_steps_fraction"] < 0.5 and "unscheduled" in out["first_differences"]
 

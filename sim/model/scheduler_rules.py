@@ -9,6 +9,7 @@ import functools
 
 import numpy as np
 
+from sim.model.limits import PLAIN, Limits
 from sim.model.params import EngineParams
 from sim.model.workload import Request
 
@@ -150,7 +151,9 @@ def preempt(st: ReqStates, v: int) -> None:
     st.epoch[v] += 1
 
 
-def sure_to_finish(st: ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -> np.ndarray | None:
+def sure_to_finish(
+    st: ReqStates, r: np.ndarray, out_arr: np.ndarray, limits: Limits = PLAIN
+) -> np.ndarray | None:
     """Running requests ``r`` that the async scheduler skips because their in-flight step is
     sure to reach ``max_tokens`` (here ``output_len``), or None if none is: "Avoid scheduling an
     extra step", v0.24.0 vllm/v1/core/sched/scheduler.py L435-449 (every release 0.23.0-0.33.0,
@@ -160,24 +163,17 @@ def sure_to_finish(st: ReqStates, r: np.ndarray, out_arr: np.ndarray | None) -> 
     rejected) reach ``max_tokens``. The worker then removes it as unscheduled, a step before its
     ``finished`` entry (docs/mechanism.md §1.1).
 
-    Compared as ``value >= output_len`` one request at a time where output lengths are not
-    plain ints: sim.explore.check's probes record that value (a finish decided here)."""
+    Asked of ``limits`` (:mod:`sim.model.limits`) for the requests with a step in flight only,
+    as vLLM's ``and`` asks it."""
     ph = st.placeholders[r]
     has = (ph > 0) & st.length_stop[r]  # an EOS stop comes unannounced
     if not any_set(has):
         return None
-    reach = st.num_computed[r] + 2 - ph - st.prompt_len[r]  # vs max_tokens
-    if out_arr is not None:
-        sure = has & (reach >= out_arr[r])
-    else:
-        out = st.output_len
-        sure = np.array(
-            [
-                bool(h) and v >= out[j]
-                for j, h, v in zip(r.tolist(), has, reach.tolist(), strict=True)
-            ],  # fmt: skip
-            dtype=bool,
-        )
+    asked = np.flatnonzero(has)
+    rows = r[asked]
+    reach = st.num_computed[rows] + 2 - ph[asked] - st.prompt_len[rows]  # vs max_tokens
+    sure = np.zeros(len(r), dtype=bool)
+    sure[asked] = limits.reached(rows, reach, out_arr[rows])
     return sure if any_set(sure) else None
 
 

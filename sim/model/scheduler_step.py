@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.model import scheduler_rules as rules
+from sim.model.limits import PLAIN, Limits
 from sim.model.params import EngineParams
 from sim.model.scheduler_rules import (
     ReqStates,
@@ -84,18 +85,19 @@ def schedule_step(
     waiting: deque[int],
     eng: EngineParams,
     k: int,
-    out_arr: np.ndarray | None = None,
+    out_arr: np.ndarray,
+    limits: Limits = PLAIN,
 ) -> tuple[Batch, list[str], list[int]]:
     """FCFS: running requests first in admission order, then waiting ones. Returns the
     batch, the new requests' ids and their positions in it. ``out_arr``: every request's
-    output_len as an array (None: compare the values one by one, see
-    :func:`sim.model.scheduler_rules.sure_to_finish`)."""
+    output_len; ``limits`` answers the comparisons against it and the KV capacity
+    (:mod:`sim.model.limits`)."""
     if eng.kv_cache_capacity_tokens:
-        return schedule_step_kv(st, running, waiting, eng, k, out_arr)
+        return schedule_step_kv(st, running, waiting, eng, k, out_arr, limits)
     budget = eng.max_num_batched_tokens
     block = eng.mamba_block_size if eng.mamba_cache_mode == "align" else 0
     parts, budget, steady, prefill_sched = _schedule_running(
-        st, running, eng, k, out_arr, budget, block
+        st, running, eng, k, out_arr, budget, block, limits
     )
     pos = sum(len(p[0]) for p in parts)  # the next admitted request's position
     sched_running = pos > 0  # any running request scheduled (for pad_new_decode)
@@ -121,9 +123,10 @@ def _schedule_running(
     running: Running,
     eng: EngineParams,
     k: int,
-    out_arr: np.ndarray | None,
+    out_arr: np.ndarray,
     budget: int,
     block: int,
+    limits: Limits,
 ) -> tuple[list[tuple[np.ndarray, ...]], int, bool, bool]:
     """``schedule()``'s pass over ``self.running`` without a KV limit (nothing is preempted,
     so every epoch stays 0): under async scheduling a request sure to finish is skipped;
@@ -137,7 +140,7 @@ def _schedule_running(
         return [], budget, False, False
     r = running.array()
     if eng.async_scheduling:
-        sure = rules.sure_to_finish(st, r, out_arr)
+        sure = rules.sure_to_finish(st, r, out_arr, limits)
         if sure is not None:
             r = r[~sure]
     if not len(r):
@@ -261,7 +264,8 @@ def schedule_step_kv(
     waiting: deque[int],
     eng: EngineParams,
     k: int,
-    out_arr: np.ndarray | None,
+    out_arr: np.ndarray,
+    limits: Limits = PLAIN,
 ) -> tuple[Batch, list[str], list[int]]:
     """:func:`schedule_step` under a KV limit, request by request as vLLM's ``schedule()``
     (v0.24.0 v1/core/sched/scheduler.py L430-580, L640-960) with full-attention blocks of
@@ -278,8 +282,8 @@ def schedule_step_kv(
     - a resumed request recomputes its prompt and every token appended so far.
 
     Capacity ``engine.kv_cache_capacity_tokens`` = usable blocks * B (vLLM's pool less its
-    null block). Every comparison is ``tokens > capacity`` so sim.explore.check's probe sees
-    each sum. Prefix-cache sharing of blocks between requests is not counted.
+    null block). ``limits.exceeds`` answers each comparison of a need with it
+    (:mod:`sim.model.limits`). Prefix-cache sharing of blocks between requests is not counted.
 
     The running pass is :func:`_schedule_running_kv` (its preemption
     :func:`_preempt_until_fits`), the waiting pass :func:`_schedule_waiting_kv`."""
@@ -289,19 +293,20 @@ def schedule_step_kv(
     skip: set[int] = set()
     if eng.async_scheduling and running.ids:
         r = running.array()
-        sure = rules.sure_to_finish(st, r, out_arr)
+        sure = rules.sure_to_finish(st, r, out_arr, limits)
         if sure is not None:
             skip = set(r[sure].tolist())
     items, prefill_sched, preempted, budget, used = _schedule_running_kv(
-        st, running, waiting, eng, k, skip, budget, used, block
+        st, running, waiting, eng, k, skip, budget, used, block, limits
     )
     new_ids: list[str] = []
     new_pos: list[int] = []
     if not preempted:  # a step that preempts admits nobody
         sched_running = bool(items)
         new_ids, new_pos = _schedule_waiting_kv(
-            st, running, waiting, eng, k, budget, used, block, items, sched_running, prefill_sched
-        )
+            st, running, waiting, eng, k, budget, used, block, items, sched_running,
+            prefill_sched, limits,
+        )  # fmt: skip
     if not items:
         return _empty_batch(), new_ids, new_pos
     return Batch(*_part(st, items)), new_ids, new_pos
@@ -317,6 +322,7 @@ def _schedule_running_kv(
     budget: int,
     used: int,
     block: int,
+    limits: Limits,
 ) -> tuple[list[tuple[int, int, int, bool]], bool, bool, int, int]:
     """``schedule()``'s pass over ``self.running`` under a KV limit, in order while the token
     budget lasts: each request (but those in ``skip``, sure to finish under async
@@ -344,9 +350,9 @@ def _schedule_running_kv(
             j += 1
             continue
         need = max(0, -(-(nc + want + k) // bs) - int(st.blocks[i]))
-        if (used + need) * bs > cap:
+        if limits.exceeds((used + need) * bs, cap):
             preempted = True
-            used, fits = _preempt_until_fits(st, running, waiting, i, need, used, bs, cap)
+            used, fits = _preempt_until_fits(st, running, waiting, i, need, used, bs, cap, limits)
             if not fits:
                 break
         st.blocks[i] += need
@@ -368,12 +374,13 @@ def _preempt_until_fits(
     used: int,
     bs: int,
     cap: int,
+    limits: Limits,
 ) -> tuple[int, bool]:
     """vLLM's preemption for running request ``i``, whose ``need`` new blocks do not fit:
     the last running request is preempted (``self.running.pop()``, its blocks freed, prepended
     to the waiting queue, num_computed 0) until they fit or ``i`` itself was preempted.
     Returns the blocks used after it, and whether ``i`` is still running."""
-    while (used + need) * bs > cap:
+    while limits.exceeds((used + need) * bs, cap):
         v = running.ids.pop()
         running._arr = None
         used -= int(st.blocks[v])
@@ -396,6 +403,7 @@ def _schedule_waiting_kv(
     items: list[tuple[int, int, int, bool]],
     sched_running: bool,
     prefill_sched: bool,
+    limits: Limits,
 ) -> tuple[list[str], list[int]]:
     """``schedule()``'s pass over the waiting queue under a KV limit: admit requests in order
     while the budget lasts and fewer than ``max_num_seqs`` run, each only if its whole
@@ -422,10 +430,10 @@ def _schedule_waiting_kv(
             if not want:
                 break
         full = -(-int(st.prompt_len[i] + st.generated[i]) // bs)
-        if (used + full) * bs > cap:
+        if limits.exceeds((used + full) * bs, cap):
             break
         need = -(-(nc + want + k) // bs)
-        if (used + need) * bs > cap:
+        if limits.exceeds((used + need) * bs, cap):
             break
         waiting.popleft()
         st.blocks[i] = need

@@ -57,6 +57,7 @@ from sim.model.input_batch import (
     RowOp,
     reorder_batch_to_split_decodes_and_prefills,
 )
+from sim.model.limits import PLAIN, Limits
 from sim.model.params import EngineParams, Scenario
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.scheduler_rules import ReqStates, all_set, any_set
@@ -111,12 +112,12 @@ class EngineRun:
     step 0)."""
 
     def __init__(
-        self, eng: EngineParams, requests: list[Request], *, finish_by_array: bool = True
+        self, eng: EngineParams, requests: list[Request], *, limits: Limits = PLAIN
     ) -> None:
-        """``finish_by_array``: a request finishes by one array comparison of what it generated
-        against its ``output_len``. False: one comparison per request, for a caller whose
-        output lengths must see each comparison (sim.explore.check's probes)."""
-        self.finish_by_array = finish_by_array
+        """``limits``: who answers the scheduler's comparisons against a request's
+        ``max_tokens`` and the KV capacity (:mod:`sim.model.limits`; sim.explore.check gives
+        one that records each value asked)."""
+        self.limits = limits
         self.eng = eng
         self.k = eng.num_speculative_tokens
         self.lag = 2 if eng.async_scheduling else 1
@@ -142,15 +143,19 @@ class EngineRun:
         self.prev_drafts_len = 0
 
     def fork(
-        self, eng: EngineParams | None = None, requests: list[Request] | None = None
+        self,
+        eng: EngineParams | None = None,
+        requests: list[Request] | None = None,
+        limits: Limits | None = None,
     ) -> EngineRun:
-        """An independent copy at the same step, going on with ``eng`` and ``requests`` if
-        given. The caller vouches that the steps run so far would have come out the same with
-        them (sim.explore.check knows it: every comparison its probes recorded so far has the
-        same outcome). What is checked here: only the token budget and the KV capacity change;
-        the requests so far keep their id, arrival, prompt, prefix hit and stop kind, and their
-        accepted counts only grow, by counts of drafted steps still in flight or not drawn yet;
-        new requests come after the others and arrive at the step reached or later.
+        """An independent copy at the same step, going on with ``eng``, ``requests`` and
+        ``limits`` if given. The caller vouches that the steps run so far would have come out
+        the same with them (sim.explore.check knows it: every comparison its limits recorded
+        so far has the same outcome). What is checked here: only the token budget and the KV
+        capacity change; the requests so far keep their id, arrival, prompt, prefix hit and
+        stop kind, and their accepted counts only grow, by counts of drafted steps still in
+        flight or not drawn yet; new requests come after the others and arrive at the step
+        reached or later.
         Raises ValueError otherwise."""
         new = object.__new__(EngineRun)
         new.__dict__.update(self.__dict__)
@@ -171,6 +176,8 @@ class EngineRun:
             new.can_preempt = bool(eng.kv_cache_capacity_tokens)
         if requests is not None:
             new._rebind(requests)
+        if limits is not None:
+            new.limits = limits
         return new
 
     def _rebind(self, requests: list[Request]) -> None:
@@ -213,10 +220,8 @@ class EngineRun:
         self.out_arr = self._out_arr()
         self.requests = requests
 
-    def _out_arr(self) -> np.ndarray | None:
-        """Every request's output length as one array, or None: the per-request loop."""
-        if not self.finish_by_array:
-            return None
+    def _out_arr(self) -> np.ndarray:
+        """Every request's output length as one array."""
         return np.array(self.st.output_len, dtype=np.int64)
 
     def _accept_in_flight(self, i: int, was: np.ndarray, now: np.ndarray, drawn: int) -> None:
@@ -252,7 +257,7 @@ class EngineRun:
         self._admit_arrivals(step)
         st = self.st
         sched, new_ids, new_pos = schedule_step(
-            st, self.running, self.waiting, self.eng, self.k, self.out_arr
+            st, self.running, self.waiting, self.eng, self.k, self.out_arr, self.limits
         )
         self.in_flight[step] = sched
         if self.eng.async_scheduling:
@@ -306,17 +311,9 @@ class EngineRun:
     def _finish(self, cand: np.ndarray) -> tuple[list[str], list[int]]:
         """The candidates whose output reached its length stop: out of the running and
         waiting queues, their KV blocks freed."""
-        st, out_arr = self.st, self.out_arr
-        if out_arr is not None:
-            hit = (st.generated[cand] >= out_arr[cand]) & st.alive[cand]
-            done_rows = cand[hit].tolist() if any_set(hit) else []
-        else:
-            out = st.output_len
-            done_rows = [
-                r
-                for r, g in zip(cand.tolist(), st.generated[cand].tolist(), strict=True)
-                if g >= out[r] and st.alive[r]
-            ]
+        st = self.st
+        hit = self.limits.reached(cand, st.generated[cand], self.out_arr[cand]) & st.alive[cand]
+        done_rows = cand[hit].tolist() if any_set(hit) else []
         if not done_rows:
             return [], []
         st.alive[done_rows] = False

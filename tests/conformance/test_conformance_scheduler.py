@@ -76,7 +76,7 @@ def test_streams_cover_what_the_issue_asks() -> None:
 
 def test_removing_the_extra_step_rule_fails_the_suite(monkeypatch) -> None:
     """The suite can fail: sim without "avoid scheduling an extra step" differs from vLLM."""
-    monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr: None)
+    monkeypatch.setattr(scheduler_rules, "sure_to_finish", lambda st, r, out_arr, limits=None: None)
     assert any(_failure(case_for(seed)) for seed in BOUNDED_SEEDS[:16])
 
 

@@ -288,7 +288,7 @@ class Checker:
         else:
             # Async off: the read is direct after the copy landed, right whatever the counts
             # (each row carries its own); counts only shape the schedule, and finishes and
-            # preemptions are branched by their probes whatever the count: all accepted.
+            # preemptions are branched by their recorded values whatever the count: all accepted.
             choices = iter([tuple(bounds)])
         for vals in choices:
             r1 = list(reqs)

@@ -1,4 +1,4 @@
-"""The bounded check's search space: probes, roots, scripted requests, the scheduler run."""
+"""The bounded check's search space: recorded limits, roots, scripted requests, the run."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import SpecraceError
+from sim.model.limits import Limits
 from sim.model.params import (
     EngineParams,
     Scenario,
@@ -32,34 +33,26 @@ def class_prompt(cls: str, budget: int) -> tuple[int, int]:
     return budget + 2, 0
 
 
-class _Probe(int):
-    """An int the scheduler compares with; it records the other side of each comparison.
+class RecordingLimits(Limits):
+    """The check's answers to the scheduler's two comparisons (:mod:`sim.model.limits`): plain
+    comparisons that also record each value asked, against an undecided output length (per
+    request: ``out_logs[j]``, None where the length is decided) and against the KV capacity
+    (``cap_log``). The search branches on every outcome another value would have given."""
 
-    ``generated >= output_len`` and ``need > capacity`` on a plain ``int`` left operand call
-    the reflected method of this subclass first (Python's rule for subclasses), so the probe
-    sees the value without any change to the scheduler.
-    """
+    def __init__(self, out_logs: list[list[int] | None], cap_log: list[int]) -> None:
+        self.out_logs, self.cap_log = out_logs, cap_log
 
-    log: list[int]
+    def reached(self, rows: np.ndarray, values: np.ndarray, max_tokens: np.ndarray) -> np.ndarray:
+        logs = self.out_logs
+        for j, v in zip(rows.tolist(), values.tolist(), strict=True):
+            log = logs[j] if j < len(logs) else None
+            if log is not None:
+                log.append(v)
+        return values >= max_tokens
 
-    def __new__(cls, value: int, log: list[int]) -> _Probe:
-        obj = int.__new__(cls, value)
-        obj.log = log
-        return obj
-
-    def __le__(self, other: object) -> bool:  # reflected ``other >= self``
-        self.log.append(int(other))  # type: ignore[call-overload]
-        return int(self) <= other  # type: ignore[operator]
-
-    def __lt__(self, other: object) -> bool:  # reflected ``other > self``
-        self.log.append(int(other))  # type: ignore[call-overload]
-        return int(self) < other  # type: ignore[operator]
-
-    def __deepcopy__(self, memo: dict) -> int:
-        return int(self)
-
-    def __reduce__(self):
-        return (int, (int(self),))
+    def exceeds(self, tokens: int, capacity: int) -> bool:
+        self.cap_log.append(int(tokens))
+        return tokens > capacity
 
 
 # -- the search space -------------------------------------------------------------------------
@@ -116,7 +109,7 @@ class Root:
 
 @dataclass(frozen=True)
 class Req:
-    """One scripted request as decided so far. ``output_len`` None: not finished yet (probe)."""
+    """One scripted request as decided so far. ``output_len`` None: not finished yet (undecided)."""
 
     cls: str
     arrival: int
@@ -131,7 +124,7 @@ def req_name(i: int) -> str:
 def scenario_for(
     space: Space, root: Root, reqs: tuple[Req, ...], cap: int, steps: int, timing=None
 ) -> Scenario:
-    """The scripted scenario of a decision set (plain ints: no probes)."""
+    """The scripted scenario of a decision set (every length decided)."""
     k = space.k
     scripted = []
     for i, r in enumerate(reqs):
@@ -183,57 +176,51 @@ def _run(
     cache: dict | None = None,
     resume: _Run | None = None,
 ) -> _Run:
-    """Steps ``0..steps-1`` of the scheduler, with probes in place of undecided output lengths
-    and the capacity; the last step's record. ``resume``: a run that reached step
-    ``steps - 1`` with inputs that agree with these on every comparison made so far (the
-    search's parent): only the last step is run, from a copy of its state, and the probes'
-    logs start from its logs. ``cache`` keeps the frozen parameter objects (and their probes)
-    between runs."""
+    """Steps ``0..steps-1`` of the scheduler, the undecided output lengths and the capacity
+    answered by :class:`RecordingLimits`; the last step's record. ``resume``: a run that
+    reached step ``steps - 1`` with inputs that agree with these on every comparison made so
+    far (the search's parent): only the last step is run, from a copy of its state, and the
+    logs start from its logs. ``cache`` keeps the frozen parameter objects between runs (a
+    fork sees an unchanged request by identity)."""
     cache = {} if cache is None else cache
     requests = []
     logs: list[list[int] | None] = []
+    before = resume.out_logs if resume is not None else []
     for i, r in enumerate(reqs):
         key = (i, r, root.budget, root.eos)
         hit = cache.get(key)
         if hit is None:
             prompt, prefix = class_prompt(r.cls, root.budget)
-            log: list[int] | None = [] if r.output_len is None else None
-            out = _Probe(BIG, log) if log is not None else r.output_len
-            assert out is not None
+            out = BIG if r.output_len is None else r.output_len  # undecided: never reached
             # one array per count tuple: a fork sees unchanged counts by identity
             acc = cache.get(("accepted", r.accepted))
             if acc is None:
                 acc = cache[("accepted", r.accepted)] = np.asarray(r.accepted, dtype=np.int8)
-            hit = cache[key] = (Request(req_name(i), r.arrival, prompt, out, prefix, acc,
-                                        root.eos), log)  # fmt: skip
-        requests.append(hit[0])
-        if hit[1] is not None:  # its comparisons so far: the parent's (none if it is new)
-            before = resume.out_logs if resume is not None else []
-            hit[1][:] = before[i] if i < len(before) else ()
-        logs.append(hit[1])
+            hit = cache[key] = Request(req_name(i), r.arrival, prompt, out, prefix, acc, root.eos)
+        requests.append(hit)
+        # an undecided length's comparisons so far: the parent's (none if it is new)
+        undecided = r.output_len is None
+        logs.append((list(before[i]) if i < len(before) else []) if undecided else None)
     ekey = ("engine", root.budget, root.async_scheduling, root.threshold_is_one, cap)
     if ekey not in cache:
-        cap_log: list[int] = []
-        cache[ekey] = (
-            EngineParams(
-                max_num_seqs=space.max_rows,
-                max_num_batched_tokens=root.budget,
-                num_speculative_tokens=space.k,
-                async_scheduling=root.async_scheduling,
-                reorder_threshold_is_one=root.threshold_is_one,
-                kv_cache_capacity_tokens=_Probe(cap, cap_log),
-            ),
-            cap_log,
+        cache[ekey] = EngineParams(
+            max_num_seqs=space.max_rows,
+            max_num_batched_tokens=root.budget,
+            num_speculative_tokens=space.k,
+            async_scheduling=root.async_scheduling,
+            reorder_threshold_is_one=root.threshold_is_one,
+            kv_cache_capacity_tokens=cap,
         )
-    eng, cap_log = cache[ekey]
-    cap_log[:] = resume.cap_log if resume is not None else ()
+    eng = cache[ekey]
+    cap_log = list(resume.cap_log) if resume is not None else []
+    limits = RecordingLimits(logs, cap_log)
     if resume is not None:
         if resume.engine.step_no != steps - 1:
             raise ValueError(f"resume at step {resume.engine.step_no}, not {steps - 1}")
-        engine = resume.engine.fork(eng, requests)
+        engine = resume.engine.fork(eng, requests, limits)
         record = _model_step(engine, resume.record.req_ids)
     else:
-        engine = EngineRun(eng, requests, finish_by_array=False)  # the probes see each
+        engine = EngineRun(eng, requests, limits=limits)
         record = None
         for _ in range(steps):
             record = _model_step(engine, record.req_ids if record is not None else [])
