@@ -475,13 +475,19 @@ def _timing_at_k3(cal: dict[str, Any], vllm: str, mode: str, seqs: int) -> dict[
     own = measured(vllm)
     if not own:
         raise SpecraceError(f"{name}: no calibration of vLLM {vllm} {mode}")
-    slope_from = (
-        vllm
-        if len(own) >= 2
-        else next(
-            (r for r in sorted({g.split("-")[0] for g in groups}) if len(measured(r)) >= 2), None
-        )
-    )
+
+    def version(release: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in release.split("."))
+
+    # the release nearest to this one that measured two concurrencies (by version; the newer
+    # of two as near): 0.24.0 for 0.33.0, not the first in sorted order (0.23.0, whose host
+    # ran faster at 64 sequences than at 16 and would give 0.33.0 a step shorter at 64)
+    two = [r for r in {g.split("-")[0] for g in groups} if len(measured(r)) >= 2]
+    slope_from = vllm if len(own) >= 2 else min(
+        two,
+        key=lambda r: (abs(version(r)[1] - version(vllm)[1]), -version(r)[1]),
+        default=None,
+    )  # fmt: skip
     if slope_from is None:
         raise SpecraceError(f"{name}: no release measured two concurrencies of {mode}")
     lo_s, hi_s = measured(slope_from)[0], measured(slope_from)[-1]

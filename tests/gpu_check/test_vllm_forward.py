@@ -256,3 +256,21 @@ def test_the_committed_forecast_criterion_is_its_tables(committed) -> None:
     assert summary["host"]["factors"] == sorted(summary["host"]["factors"])
     assert len(summary["model_error"]) == len(committed)
     assert (FORWARD / "forecast.png").stat().st_size > 10_000
+
+
+def test_a_release_with_one_concurrency_borrows_the_nearest_releases_slope(cal) -> None:
+    """0.33.0 measured 16 sequences only: its timing at 64 takes 0.24.0's per-sequence slope
+    (the nearest release that measured 16 and 64), not 0.23.0's, the first in sorted order,
+    whose host ran faster at 64 than at 16 and once gave 0.33.0 a 14.7 ms step at 64 against
+    20.6 ms at 16."""
+    from gpu_check.vllm.calibrate import group_timing
+
+    g = cal["groups"]
+    base = g["0.33.0-align-s16"]["timing"]
+    lo, hi = g["0.24.0-align-s16"]["timing"], g["0.24.0-align-s64"]["timing"]
+    at64 = group_timing(cal, "0.33.0", "align", 64)
+    for key in ("worker_sample_tokens_ns", "worker_launch_ns", "worker_rpc_dispatch_ns"):
+        want = max(round(base[key] + (hi[key] - lo[key]) / 48 * 48), 0)
+        assert abs(at64[key] - want) <= 1, key
+    old = g["0.23.0-align-s64"]["timing"]["worker_sample_tokens_ns"]
+    assert old < g["0.23.0-align-s16"]["timing"]["worker_sample_tokens_ns"]  # why not 0.23.0
