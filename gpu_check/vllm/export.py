@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_check.vllm.consumed import wrong_reads
 from gpu_check.vllm.gauge import host_gauge
 from sim.errors import SpecraceError
 from sim.model.input_batch import RowOp
@@ -269,7 +270,6 @@ def step_table(raw: dict[str, Any]) -> pd.DataFrame:
 # -- the reads --------------------------------------------------------------------------------
 def build_reads(raw: dict[str, Any], schedule: Schedule, table: pd.DataFrame) -> pd.DataFrame:
     steps = prepared_steps(raw)
-    align = raw["mode"] == "align"
     parts = []
     for n in range(1, len(steps)):
         s, cur, prev = steps[n], schedule.steps[n], schedule.steps[n - 1]
@@ -281,7 +281,7 @@ def build_reads(raw: dict[str, Any], schedule: Schedule, table: pd.DataFrame) ->
         cpu = np.asarray(s["cpu_value"], dtype=np.int64)[rows]
         gpu = np.asarray(s.get("gpu_value") or s["cpu_value"], dtype=np.int64)[rows]
         consumed = cur.drafts[rows] > 0
-        wrong = (cpu != true) if align else (consumed & (gpu != true))
+        wrong = wrong_reads(raw["mode"], cpu, gpu, true, consumed)
         t = table.iloc[n]
         first_write = next((i for i, op in enumerate(cur.ops) if op.kind in WRITING), len(cur.ops))
         lp, lp_hi = int(t["land_pos"]), int(t["land_pos_hi"])

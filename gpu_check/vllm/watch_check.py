@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_check.vllm.consumed import consumed_column
+
 KEYS = ("step", "req_id", "consumed", "true_count")
 KEPT = (*KEYS, "row", "prev_row", "cpu_value", "kind", "land_pos")  # per wrong read, in raw
 
@@ -75,9 +77,8 @@ def compare(raw: dict[str, Any], reads: pd.DataFrame, step_ids: list[int]) -> di
     ``step`` indexes ``step_ids``, the engine steps that built inputs)."""
     w = raw["watch"]
     ids = np.asarray(step_ids, dtype=np.int64)
-    align = raw["mode"] == "align"
     obs = reads[reads["wrong"]]
-    value = obs["cpu_value"] if align else obs["gpu_value"]
+    value = obs[consumed_column(raw["mode"])]
     observed = {
         (int(ids[n]), str(r), int(c), int(t))
         for n, r, c, t in zip(obs["step"], obs["req_id"], value, obs["true_count"], strict=True)

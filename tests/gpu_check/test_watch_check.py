@@ -75,3 +75,17 @@ def test_rows_collect_every_pass_of_every_run(tmp_path):
         ("v0.33.0-watch", "none", 1, True),
         ("v0.33.0-watch", "private-d2h", 0, True),
     ]
+
+
+def test_the_export_and_the_watch_check_judge_reads_by_one_rule() -> None:
+    """Which value a read consumes (align: the CPU value, drafted or not; none: the device's,
+    on a drafted row only) lives in gpu_check.vllm.consumed, used by both."""
+    import numpy as np
+
+    from gpu_check.vllm.consumed import consumed_column, wrong_reads
+
+    cpu, gpu = np.array([4, 1, 1]), np.array([1, 4, 1])
+    true, drafted = np.array([1, 1, 4]), np.array([True, True, False])
+    assert consumed_column("align") == "cpu_value" and consumed_column("none") == "gpu_value"
+    assert wrong_reads("align", cpu, gpu, true, drafted).tolist() == [True, False, True]
+    assert wrong_reads("none", cpu, gpu, true, drafted).tolist() == [False, True, False]
