@@ -250,15 +250,22 @@ def test_after_stop_all_a_pool_starts_a_fork_server_again() -> None:
 # -- Ctrl-C while importing, and the status after a caught one -----------------------------------
 @pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="signal masks (POSIX)")
 def test_a_ctrl_c_inside_a_held_block_is_taken_as_it_ends_not_inside() -> None:
+    """With Python's own handler installed, as a foreground `python` has it. A suite started
+    as a background job of a shell without job control inherits SIGINT ignored, and Python
+    then installs no handler: the test sets it, and puts back what it found."""
     from sim.runs.ctrl_c import sigint_held
 
-    reached = []
-    with pytest.raises(KeyboardInterrupt), sigint_held():
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # delivered now, were it not held: a KeyboardInterrupt here
-        reached.append("the end of the block")
-    assert reached == ["the end of the block"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        reached = []
+        with pytest.raises(KeyboardInterrupt), sigint_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # delivered now, were it not held: a KeyboardInterrupt here
+            reached.append("the end of the block")
+        assert reached == ["the end of the block"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, found)
 
 
 def test_a_ctrl_c_caught_in_a_string_exec_keeps_the_status_the_program_chose(
