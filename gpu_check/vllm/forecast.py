@@ -212,21 +212,27 @@ def _frac(k: int, n: int) -> float | None:
     return round(k / n, 4) if n else None
 
 
-def own_spread(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
+def own_spread(df: pd.DataFrame, between_runs: bool = False) -> dict[str, dict[str, float | None]]:
     """vLLM against itself, per regime and part: in configurations of >= SPREAD_MIN_PASSES
     passes, each pass predicted by the median of its other passes; the width of the interval
     around that median that holds 90 % of the passes (twice the 90th percentile of the
-    distance). Rate and entry share in absolute units, step relative to the median."""
+    distance). Rate and entry share in absolute units, step relative to the median.
+    ``between_runs``: the other passes are only those of other runs (``df["run"]``: another
+    process, another window of the machine), in configurations of any size."""
     dev: dict[str, dict[str, list[float]]] = {r: {p: [] for p in PARTS} for r in REGIMES}
     for _key, g in df.groupby("pass_group"):
-        if len(g) < SPREAD_MIN_PASSES:
+        if not between_runs and len(g) < SPREAD_MIN_PASSES:
             continue
         vals = {"rate": g["rate_observed"].to_numpy(float),
                 "step": g["step_ms_observed"].to_numpy(float),
                 "entry": g["entry_observed"].to_numpy(float)}  # fmt: skip
+        runs = g["run"].to_numpy() if between_runs else None
         for i, reg in enumerate(g["regime"]):
+            others = runs != runs[i] if runs is not None else np.arange(len(g)) != i
+            if not others.any():
+                continue
             for p, v in vals.items():
-                med = float(np.median(np.delete(v, i)))
+                med = float(np.median(v[others]))
                 d = abs(v[i] / med - 1) if p == "step" else abs(v[i] - med)
                 dev[reg][p].append(d)
     return {
@@ -234,6 +240,23 @@ def own_spread(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
         | {"passes": len(ps["rate"])}
         for r, ps in dev.items()
     }
+
+
+def sharpness(wid: pd.DataFrame, mask: pd.Series, spread: dict[str, Any]) -> dict[str, Any]:
+    """(ii) per part: the median interval width of the passes in ``mask`` against vLLM's
+    spread (a row of :func:`own_spread`; None where it has none)."""
+    out = {}
+    for p in PARTS:
+        w = float(np.median(wid[p][mask])) if mask.any() else None
+        own = spread[p] if spread else None
+        ratio = round(w / own, 3) if (w is not None and own) else None
+        out[p] = {
+            "median_width": round(w, 6) if w is not None else None,
+            "vllm_spread_width": own,
+            "ratio": ratio,
+            "met": bool(ratio is not None and ratio <= TARGETS["width_ratio_max"]),
+        }
+    return out
 
 
 def widths(df: pd.DataFrame) -> pd.DataFrame:
@@ -279,17 +302,7 @@ def criterion(df: pd.DataFrame) -> dict[str, Any]:
     for name in (*REGIMES, "overall"):
         mask = df["regime"] == name if name != "overall" else pd.Series(True, index=df.index)
         n = int(mask.sum())
-        sharp = {}
-        for p in PARTS:
-            w = float(np.median(wid[p][mask])) if n else None
-            own = spread[name][p] if name != "overall" else None
-            ratio = round(w / own, 3) if (w is not None and own) else None
-            sharp[p] = {
-                "median_width": round(w, 6) if w is not None else None,
-                "vllm_spread_width": own,
-                "ratio": ratio,
-                "met": bool(ratio is not None and ratio <= TARGETS["width_ratio_max"]),
-            }
+        sharp = sharpness(wid, mask, spread[name]) if name != "overall" else {}
         k4 = int(df["cond_meets_all"][mask].sum())
         entry: dict[str, Any] = {
             "passes": n,

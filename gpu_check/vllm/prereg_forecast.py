@@ -17,8 +17,8 @@ Sharpness (ii) is reported two ways: against vLLM's spread around the median of 
 configuration's other passes (``own_spread``, as ``vllm-forward`` reports it), and, since a
 forecast made before a run cannot know the run's window, against the spread of each pass
 around the median of the same configuration's passes *in other processes*
-(:func:`between_window_spread`; docs/forward-prediction.md, "Sharpness (ii) as stated is out
-of reach before a run", proposal (ii')).
+(``own_spread(..., between_runs=True)``; docs/forward-prediction.md, "Sharpness (ii) as
+stated is out of reach before a run", proposal (ii')).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from gpu_check.vllm import forecast as fc
@@ -106,48 +105,15 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def between_window_spread(df: pd.DataFrame) -> dict[str, dict[str, float | None]]:
-    """vLLM between processes, per regime and part: each pass against the median of the same
-    configuration's passes in *other* runs; the width of the interval around that median that
-    holds 90 % of them (twice the 90th percentile of the distance), in ``own_spread``'s units
-    (rate and entry share absolute, step relative)."""
-    dev: dict[str, dict[str, list[float]]] = {r: {p: [] for p in fc.PARTS} for r in fc.REGIMES}
-    cols = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
-    for _key, g in df.groupby("pass_group"):
-        for _i, row in g.iterrows():
-            others = g[g["run"] != row["run"]]
-            if others.empty:
-                continue
-            for part, col in cols.items():
-                med = float(np.median(others[col].to_numpy(float)))
-                v = float(row[col])
-                d = abs(v / med - 1) if part == "step" else abs(v - med)
-                dev[row["regime"]][part].append(d)
-    return {
-        r: {p: (round(2 * float(np.quantile(d, 0.9)), 6) if d else None) for p, d in ps.items()}
-        | {"passes": len(ps["rate"])}
-        for r, ps in dev.items()
-    }
-
-
 def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> dict[str, Any]:
     """Issue 44's (i)-(iv) per regime on the committed intervals, with the sharpness against
     the spread between processes beside the one ``vllm-forward`` reports."""
     df = pass_rows(judged, cal, simulate_seed)
     per = fc.criterion(df)
-    between = between_window_spread(df)
+    between = fc.own_spread(df, between_runs=True)
     wid = fc.widths(df)
     for name in fc.REGIMES:
-        mask = df["regime"] == name
-        sharp = {}
-        for part in fc.PARTS:
-            w = float(np.median(wid[part][mask])) if mask.any() else None
-            spread = between[name][part]
-            ratio = round(w / spread, 3) if (w is not None and spread) else None
-            sharp[part] = {"median_width": None if w is None else round(w, 6),
-                           "vllm_between_windows_width": spread, "ratio": ratio,
-                           "met": bool(ratio is not None
-                                       and ratio <= fc.TARGETS["width_ratio_max"])}  # fmt: skip
+        sharp = fc.sharpness(wid, df["regime"] == name, between[name])
         per[name]["sharpness_between_windows"] = sharp | {"passes": between[name]["passes"]}
     return {
         "passes": len(df),
