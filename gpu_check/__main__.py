@@ -504,14 +504,14 @@ def cmd_vllm_compare(args: argparse.Namespace) -> str:
     if not (folder / "schedule.json").is_file():  # a tree of exported runs: the results table
         from gpu_check.vllm.tables import RESULT_COLUMNS, results
 
-        rows = _vllm_input(lambda: results(folder)[0], what=folder)
+        rows, timing = _vllm_input(lambda: results(folder), what=folder)
         if not rows:
             raise UsageError(f"{args.dir}: no exported run under it (export.json, as "
                              "gpu_check vllm-export writes)")  # fmt: skip
         if args.markdown:
             from gpu_check.vllm.tables import markdown
 
-            return markdown(folder, rows)
+            return markdown(folder, rows, timing)
         if args.json:
             return json.dumps(rows, indent=2)
         return render(args.table_format, rows, lambda: format_table(rows, RESULT_COLUMNS[:16]))

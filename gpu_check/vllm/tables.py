@@ -287,16 +287,19 @@ def mrv2_markdown(rows: list[dict[str, Any]], timing: list[dict[str, Any]]) -> s
     return "\n".join(out) + "\n"
 
 
-def markdown(root: Path, rows: list[dict[str, Any]]) -> str:
+def markdown(
+    root: Path, rows: list[dict[str, Any]], timing: list[dict[str, Any]] | None = None
+) -> str:
     """``vllm-compare ROOT --markdown``: the agreement tables; where ``ROOT`` holds them, the
-    plugin's watch against each export (``watch.json``) and its cost (``bench-*/summary.json``)."""
+    plugin's watch against each export (``watch.json``) and its cost (``bench-*/summary.json``).
+    ``timing``: :func:`results`' second table, where the caller has it already."""
     from gpu_check.vllm.plugin_bench import cost_markdown
     from gpu_check.vllm.watch_check import markdown as watch_markdown
     from gpu_check.vllm.watch_check import rows as watch_rows
 
     out = summary_markdown(rows) + "\n" + configs_markdown(rows)
     if any(r["runner"] == "v2" for r in rows):  # MRv2's releases side by side
-        side = mrv2_markdown(rows, results(root)[1])
+        side = mrv2_markdown(rows, timing if timing is not None else results(root)[1])
         out += "\n" + side if side else ""
     watched = watch_rows(root)
     if watched:
