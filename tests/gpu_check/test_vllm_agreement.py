@@ -180,6 +180,14 @@ def test_0340_mrv2_record_is_what_issue_45_asks(tmp_path: Path) -> None:
     assert {r["mode"] for r in rows} == {"align", "none"} and {r["runner"] for r in rows} == {"v2"}
     assert {r["policy"] for r in rows} == {policy_for("align", "0.34.0", "v2").name} == {"mrv2"}
     assert sum(int(r["reads"]) for r in rows) >= 20_000
+    # the prose of data/vllm/README.md and docs/versions.md quotes these totals
+    v2 = [r for r in results(DATA)[0] if r["runner"] == "v2"]
+    n33 = sum(int(r["reads"]) for r in v2 if r["vllm"] == "0.33.0")
+    n34 = sum(int(r["reads"]) for r in rows)
+    prose = " ".join((DATA / "README.md").read_text().split())
+    assert f"0 wrong in {n33:,} reads of 0.33.0 and {n34:,} of 0.34.0" in prose
+    versions = " ".join((DATA.parent.parent / "docs" / "versions.md").read_text().split())
+    assert f"0 wrong in {n34:,} reads" in versions
     assert all(r["agree"] == r["scored"] == r["reads"] for r in rows)
     assert len({r["gpu_delay_ms"] for r in rows if r["mode"] == "align"}) >= 2
     folder = DATA / "v0.34.0-mrv2"
