@@ -354,21 +354,21 @@ def test_every_schedule_specrace_or_vllm_wrote_means_what_it_says() -> None:
     """The rules hold for the schedules the scheduler builds (async on and off, chunked prefill,
     preemption, prefix hits, align) and for every committed one, real vLLM exports included."""
     from sim.model import schedule as sm
-    from sim.model.params import load_scenario, with_overrides
+    from sim.model.params import load_scenario
     from sim.model.schedule_io import read_schedule
     from sim.model.scheduling import build_schedule
 
-    small = {"engine.max_num_seqs": "8", "engine.max_num_batched_tokens": "64",
-             "workload.initial_requests": "12"}  # fmt: skip
-    for overrides in ({}, {"engine.async_scheduling": "false"},
-                      {**small, "engine.kv_cache_capacity_tokens": "3000"},
-                      {**small, "engine.kv_cache_capacity_tokens": "3000",
-                       "engine.async_scheduling": "false"},
-                      {"engine.max_num_seqs": "8", "workload.prefix_hit_prob": "0.5",
-                       "workload.initial_requests": "2", "workload.arrival_rate_per_step": "0.8"},
+    small = {"engine.max_num_seqs": 8, "engine.max_num_batched_tokens": 64,
+             "workload.initial_requests": 12}  # fmt: skip
+    for overrides in ({}, {"engine.async_scheduling": False},
+                      {**small, "engine.kv_cache_capacity_tokens": 3000},
+                      {**small, "engine.kv_cache_capacity_tokens": 3000,
+                       "engine.async_scheduling": False},
+                      {"engine.max_num_seqs": 8, "workload.prefix_hit_prob": 0.5,
+                       "workload.initial_requests": 2, "workload.arrival_rate_per_step": 0.8},
                       {"engine.mamba_cache_mode": "align",
-                       "engine.mamba_block_size": "80"}):  # fmt: skip
-        sc = with_overrides(load_scenario("qwen35-mtp3"), overrides)
+                       "engine.mamba_block_size": 80}):  # fmt: skip
+        sc = load_scenario("qwen35-mtp3", overrides)
         for seed in range(2):
             sm.loads(sm.dumps(build_schedule(sc, seed, 200)), str(overrides))
     committed = sorted((ROOT / "data").rglob("schedule.json"))

@@ -22,9 +22,9 @@ from sim.resolve.risk import assess, build_scenario
 ROOT = Path(__file__).resolve().parent.parent
 # qwen35-mtp3's own GPU timing: the balanced regime, where the race happens.
 BALANCED = {
-    "timing.gpu_forward_ns_base": "6000000",
-    "timing.gpu_forward_ns_per_token": "2000",
-    "timing.gpu_drafter_ns": "800000",
+    "timing.gpu_forward_ns_base": 6_000_000,
+    "timing.gpu_forward_ns_per_token": 2_000,
+    "timing.gpu_drafter_ns": 800_000,
 }
 
 
@@ -52,7 +52,7 @@ def test_roofline_of_the_dense_preset_by_hand() -> None:
 
 def test_scenario_follows_the_resolution_and_the_overrides() -> None:
     res = resolve(VllmSetup(vllm="0.28.0", max_num_seqs=4, num_speculative_tokens=5))
-    sc = build_scenario(res, {"timing.gpu_drafter_ns": "123"})
+    sc = build_scenario(res, {"timing.gpu_drafter_ns": 123})
     assert sc.engine.max_num_seqs == 4 and sc.engine.num_speculative_tokens == 5
     assert sc.engine.mamba_cache_mode == "align" and sc.engine.async_scheduling
     assert sc.workload.initial_requests == 4 and len(sc.workload.acceptance_probs) == 5

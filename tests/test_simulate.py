@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def minimal(delay_ns: int, policy: str):
-    sc = load_scenario("minimal-race", {"timing.dma_land_delay_ns": str(delay_ns)})
+    sc = load_scenario("minimal-race", {"timing.dma_land_delay_ns": delay_ns})
     sched = build_schedule(sc, 0, sc.default_steps)
     return run_policy(sched, sc, POLICIES[policy], 0)
 
@@ -57,7 +57,7 @@ def test_minimal_race_device_authoritative_never_wrong(delay_ns: int) -> None:
 def test_minimal_race_fixes_and_async_off() -> None:
     for policy in ("private-buffer", "sync-before-moves"):
         assert minimal(20_000, policy).summary["gpu_wrong"] == 0, policy
-    sc = load_scenario("minimal-race", {"engine.async_scheduling": "false"})
+    sc = load_scenario("minimal-race", {"engine.async_scheduling": False})
     sched = build_schedule(sc, 0, sc.default_steps)
     for policy in POLICIES.values():
         assert run_policy(sched, sc, policy, 0).summary["gpu_wrong"] == 0

@@ -394,13 +394,14 @@ def test_an_edited_unit_file_is_one_clear_error(tmp_path: Path, edit, needle: st
 def test_a_sweep_varies_booleans_and_lists_as_typed(tmp_path: Path) -> None:
     """A point's values reach the scenario as they are: they were text again on the way
     (``str(True)`` is ``True``, which is no TOML boolean), so varying async scheduling failed."""
+    from sim.cli.guards import parse_sets
     from sim.explore.sweep import _scenario_for
-    from sim.model.params import with_overrides, with_values
+    from sim.model.params import with_values
 
     base = load_scenario("minimal-race")
     assert _scenario_for(base, {"engine.async_scheduling": False}).engine.async_scheduling is False
     probs = with_values(base, {"workload.acceptance_probs": (0.5, 0.25, 0.125)})
-    assert probs == with_overrides(base, {"workload.acceptance_probs": "[0.5, 0.25, 0.125]"})
+    assert probs == with_values(base, parse_sets(["workload.acceptance_probs=[0.5, 0.25, 0.125]"]))
     with pytest.raises(SpecraceError, match="unknown key"):
         with_values(base, {"engine.asinc_scheduling": True})
     spec = SweepSpec(scenario="minimal-race", policies=("align",), steps=20, seeds=1, swarm=0,

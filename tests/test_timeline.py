@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def minimal(policy: str = "synced-gather", **timing: int):
-    sc = load_scenario("minimal-race", {f"timing.{k}": str(v) for k, v in timing.items()})
+    sc = load_scenario("minimal-race", {f"timing.{k}": v for k, v in timing.items()})
     sched = build_schedule(sc, 0, sc.default_steps)
     return sched, run_policy(sched, sc, POLICIES[policy], 0)
 

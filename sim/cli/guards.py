@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sim.errors import SpecraceError
 from sim.model.params import Scenario
@@ -159,6 +159,24 @@ def check_int_text(flag: str, key: str, value: str) -> None:
     if len(digits) > INT_DIGITS_MAX and re.fullmatch(r"[0-9]+", digits):
         raise SpecraceError(f"{flag} {key}={value.strip()[:12]}...: an integer of {len(digits):,} "
                             "digits is out of range (|x| <= 10^13)")  # fmt: skip
+
+
+def parse_sets(items: list[str]) -> dict[str, Any]:
+    """``--set SECTION.KEY=VALUE`` items as typed values, each key checked: the one place a
+    command line's parameter text becomes a value (a TOML value; a bare word is a string).
+    From here on a parameter travels as that value to the validated scenario."""
+    from sim.model.params import check_key, parse_value
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecraceError(f"--set {item!r}: expected section.key=value")
+        check_int_text("--set", key, value)
+        check_key(key)
+        out[key] = parse_value(value.strip())
+    return out
 
 
 def check_vary(items: list[str]) -> None:

@@ -14,13 +14,12 @@ from typing import Any
 
 from sim.cli import check as check_cli
 from sim.cli import explore, field_reports, report, risk, upstream
-from sim.cli.guards import BUDGET_H, check_int_text
+from sim.cli.guards import BUDGET_H, parse_sets
 from sim.errors import SpecraceError, one_line
 from sim.model import schedule as schedule_mod
 from sim.model.params import (
     Scenario,
     load_scenario,
-    parse_value,
     scenario_from_dict,
     scenario_path,
     timing_file_values,
@@ -35,17 +34,6 @@ from sim.runs.io import atomic_write_text, fresh_output_dir
 from sim.runs.limits import guard_resources
 
 
-def _overrides(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecraceError(f"--set {item!r}: expected section.key=value")
-        check_int_text("--set", key.strip(), value)
-        out[key.strip()] = value.strip()
-    return out
-
-
 def print_parameters(scenario: Scenario, seed: int) -> None:
     print(f"SEED={seed}")
     print(f"scenario={scenario.name}")
@@ -57,7 +45,7 @@ def print_parameters(scenario: Scenario, seed: int) -> None:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario, _overrides(args.set))
+    scenario = load_scenario(args.scenario, parse_sets(args.set))
     steps = args.steps or scenario.default_steps
     out = Path(args.out)
     if args.format == "parquet":  # streamed: bounded memory whatever the step count
@@ -99,7 +87,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_mod.Schedule]:
     """From ``--schedule PATH`` (its own scenario and seed; ``--set`` may change timing only)
     or from ``--scenario/--seed/--steps``."""
-    overrides = _overrides(args.set)
+    overrides = parse_sets(args.set)
     if not args.schedule:
         scenario = load_scenario(args.scenario, overrides, tuple(args.timing))
         steps = args.steps or scenario.default_steps
@@ -113,7 +101,7 @@ def scenario_and_schedule(args: argparse.Namespace) -> tuple[Scenario, schedule_
 
 def schedule_scenario(args: argparse.Namespace, sched: schedule_mod.Schedule) -> Scenario:
     """The scenario of ``--schedule``'s file, with ``--timing``/``--set`` (timing only)."""
-    overrides = _overrides(args.set)
+    overrides = parse_sets(args.set)
     if any(not k.startswith("timing.") for k in overrides):
         raise SpecraceError(
             "with --schedule, --set may change timing.* only (the schedule fixes "
@@ -121,7 +109,7 @@ def schedule_scenario(args: argparse.Namespace, sched: schedule_mod.Schedule) ->
         )
     base = scenario_from_dict(sched.scenario, "schedule", args.schedule)
     values: dict[str, Any] = dict(timing_file_values(args.timing or ()))
-    values |= {k: parse_value(text) for k, text in overrides.items()}
+    values |= overrides
     return with_values(base, values) if values else base
 
 
@@ -216,7 +204,7 @@ def run_stream(args: argparse.Namespace) -> int:
         scenario, seed = schedule_scenario(args, head), head.seed
         source = functools.partial(open_schedule, Path(args.schedule))
     else:
-        scenario = load_scenario(args.scenario, _overrides(args.set), tuple(args.timing))
+        scenario = load_scenario(args.scenario, parse_sets(args.set), tuple(args.timing))
         seed, steps = args.seed, args.steps or scenario.default_steps
     note = check_scenario_policy(scenario.engine, name)
     from sim.cli import brief

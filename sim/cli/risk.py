@@ -8,7 +8,7 @@ import json
 import shlex
 from typing import TYPE_CHECKING
 
-from sim.cli.guards import BUDGET_H
+from sim.cli.guards import BUDGET_H, parse_sets
 from sim.errors import SpecraceError
 from sim.model.verdict import HAZARD_KINDS
 from sim.resolve.presets import PRESETS
@@ -31,19 +31,6 @@ def parse_spec(text: str) -> tuple[str, int]:
     if not sep or not k.isdigit():
         raise SpecraceError(f"--spec {text!r}: expected METHOD:K (e.g. mtp:3) or none")
     return method, int(k)
-
-
-def parse_sets(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or "." not in key:
-            raise SpecraceError(f"--set {item!r}: expected section.key=value")
-        from sim.cli.guards import check_int_text
-
-        check_int_text("--set", key.strip(), value)
-        out[key.strip()] = value.strip()
-    return out
 
 
 def setup_from_args(args: argparse.Namespace) -> VllmSetup:

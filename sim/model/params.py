@@ -357,18 +357,16 @@ def scenario_path(name_or_path: str) -> str:
 
 def load_scenario(
     name_or_path: str,
-    overrides: dict[str, str] | None = None,
+    values: dict[str, Any] | None = None,
     timing_files: tuple[str, ...] = (),
 ) -> Scenario:
     """Load, apply timing files (``[timing]`` tables: a path or a built-in name such as
-    ``h200``, in order), then ``section.key=value`` overrides, and validate a scenario."""
+    ``h200``, in order), then ``section.key`` values (typed, as ``parse_sets`` gives them
+    from ``--set``), and validate a scenario."""
     text, stem, origin = _resolve(name_or_path, "scenarios", "scenario")
     raw = _parse_toml(text, origin)
     base = scenario_from_dict(raw, stem, origin)  # the file itself must be valid
-    values: dict[str, Any] = dict(timing_file_values(timing_files))
-    for key, text in (overrides or {}).items():
-        _check_key(key)
-        values[key] = parse_value(text)
+    values = {**timing_file_values(timing_files), **(values or {})}
     if not values:
         return base
     return with_values(base, values)
@@ -449,17 +447,6 @@ def scenario_from_dict(raw: dict[str, Any], name: str, origin: str) -> Scenario:
     return scenario
 
 
-def with_overrides(scenario: Scenario, overrides: dict[str, str]) -> Scenario:
-    """Re-validate a scenario with ``section.key=value`` overrides applied, each value text
-    as typed (``--set``: a TOML value, a bare word is a string); an error names the override,
-    not the scenario file."""
-    values = {}
-    for key, text in overrides.items():
-        _check_key(key)
-        values[key] = parse_value(text)
-    return with_values(scenario, values)
-
-
 def with_values(scenario: Scenario, values: dict[str, Any]) -> Scenario:
     """Re-validate a scenario with ``section.key`` values applied as they are (a sweep's
     point, a calibrated timing): no round trip through text, where ``True`` would not read
@@ -467,12 +454,12 @@ def with_values(scenario: Scenario, values: dict[str, Any]) -> Scenario:
     raw = json.loads(json.dumps(scenario.to_dict()))  # tuples -> lists, as TOML gives
     del raw["name"]
     for key, value in values.items():
-        section, name = _check_key(key)
+        section, name = check_key(key)
         raw.setdefault(section, {})[name] = list(value) if isinstance(value, tuple) else value
     return scenario_from_dict(raw, scenario.name, "--set")
 
 
-def _check_key(key: str) -> tuple[str, str]:
+def check_key(key: str) -> tuple[str, str]:
     parts = key.split(".")
     if len(parts) != 2 or parts[0] not in _SECTION_CLASSES:
         raise SpecraceError(
@@ -583,5 +570,4 @@ __all__ = [
     "load_scenario",
     "replace",
     "scenario_path",
-    "with_overrides",
 ]

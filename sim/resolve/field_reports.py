@@ -18,6 +18,7 @@ estimate) and ``summary.md`` / ``summary.json`` (the table).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sim.model.policies import NO_SPEC, POLICIES
 from sim.resolve.rates import RateEstimate, simulate_rates, wilson
@@ -36,7 +37,7 @@ class Arm:
     generations: int
     setup: VllmSetup
     assumed: tuple[str, ...]
-    overrides: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
     seeds: int = 8
     steps: int = 2000
     note: str = ""
@@ -47,11 +48,10 @@ class Arm:
 
 Q = "qwen3.5-27b"
 # vllm-ascend #13863/#13865: long prompts on a full KV cache (preemptions).
-ASCEND_LOAD = {
-    "workload.prompt_len": '{dist = "lognormal", mean = 8200.0, sigma = 0.2, min = 16, '
-    "max = 16384}",
-    "workload.output_len": '{dist = "lognormal", mean = 1024.0, sigma = 0.6, min = 8, max = 4096}',
-    "engine.kv_cache_capacity_tokens": "250000",
+ASCEND_LOAD: dict[str, Any] = {
+    "workload.prompt_len": dict(dist="lognormal", mean=8200.0, sigma=0.2, min=16, max=16384),
+    "workload.output_len": dict(dist="lognormal", mean=1024.0, sigma=0.6, min=8, max=4096),
+    "engine.kv_cache_capacity_tokens": 250_000,
 }
 ARMS: tuple[Arm, ...] = (
     Arm("vllm#45100", "unpatched", 16, 20_480,

@@ -26,7 +26,6 @@ from sim.errors import SpecraceError
 from sim.model.params import (
     Scenario,
     load_scenario,
-    parse_value,
     timing_file_values,
     with_values,
 )
@@ -54,14 +53,14 @@ BASE_ACCEPTANCE = (0.9, 0.75, 0.6)
 # qwen35-mtp3's own GPU timing: the "balanced" regime (GPU step close to the CPU's), where
 # docs/mechanism.md §8 puts the race; ``gpu_timing="balanced"`` uses it instead of the preset.
 BALANCED_GPU = {
-    "timing.gpu_forward_ns_base": "6000000",
-    "timing.gpu_forward_ns_per_token": "2000",
-    "timing.gpu_drafter_ns": "800000",
+    "timing.gpu_forward_ns_base": 6_000_000,
+    "timing.gpu_forward_ns_per_token": 2_000,
+    "timing.gpu_drafter_ns": 800_000,
 }
 GPU_TIMINGS = ("roofline", "balanced")
 
 
-def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> Scenario:
+def build_scenario(res: Resolution, overrides: dict[str, Any] | None = None) -> Scenario:
     """The scenario ``res`` describes: engine from the resolution, workload scaled to
     ``max_num_seqs``, timing = preset roofline, measured files, then ``overrides``."""
     s = res.setup
@@ -70,7 +69,7 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
         max(0.3, BASE_ACCEPTANCE[-1] - 0.1 * (i + 1)) for i in range(max(0, k - 3))
     ]
     # Values as they are, in the order load_scenario applies them: the timing files, what
-    # the resolution derives, then the caller's --set text.
+    # the resolution derives, then the caller's --set values.
     values: dict[str, Any] = dict(timing_file_values(TIMING_FILES))
     values |= {
         "engine.max_num_seqs": s.max_num_seqs,
@@ -84,8 +83,7 @@ def build_scenario(res: Resolution, overrides: dict[str, str] | None = None) -> 
     }
     for key, value in get_preset(s.model).timing(s.max_num_seqs, k).items():
         values[f"timing.{key}"] = value
-    for key, text in (overrides or {}).items():
-        values[key] = parse_value(text)
+    values |= overrides or {}
     if not res.prefix_caching:  # no prefix cache, no hits: what turning it off costs
         values["workload.prefix_hit_prob"] = 0.0
     return with_values(load_scenario(BASE_SCENARIO), values)
@@ -251,7 +249,7 @@ def _candidates(s: VllmSetup, res: Resolution) -> list[tuple[str, str, VllmSetup
 
 def assess(
     setup: VllmSetup,
-    overrides: dict[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
     seeds: int = 8,
     steps: int = 2000,
     policy: str = "",
