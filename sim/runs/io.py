@@ -33,10 +33,11 @@ def atomic_write(
     (``sim.runs.signature``), for a file written outside a marked folder: True in the way of
     ``path``'s suffix, or the format's suffix (".json") where the name may not say it.
 
-    In a marked output folder the file is listed in its manifest; a file already at ``path`` is
+    In a marked output folder the file is listed in its manifest (its earlier lines settled
+    away, ``sim.runs.outputs.settle``); a file already at ``path`` is
     replaced only if specrace can prove it wrote it, checked at the moment of replacing
     (``sim.runs.outputs.install_file``)."""
-    from sim.runs.outputs import home, install_file, record, sha256
+    from sim.runs.outputs import home, install_file, record, settle, sha256
 
     if not checked:
         check_out_path(path)
@@ -60,6 +61,9 @@ def atomic_write(
     finally:
         if tmp.exists():
             tmp.unlink()
+    if listed and not checked:  # a sweep's thousands of point files: each written once
+        assert folder is not None
+        settle(folder, path.relative_to(folder).as_posix())
 
 
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)

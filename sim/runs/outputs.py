@@ -28,7 +28,9 @@ Ownership is proved, never guessed from names or layout:
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -37,7 +39,8 @@ import secrets
 import shlex
 import stat
 import sys
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 
 from sim.errors import SpecraceError
 
@@ -209,6 +212,27 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _manifest_fd(folder: Path, exclusive: bool) -> Iterator[int]:
+    """The manifest of ``folder`` open for appending, under a shared lock (appends: one
+    ``write`` each, so they do not interleave) or an exclusive one (:func:`settle` rewrites
+    it). A writer that waited while :func:`settle` replaced the file opens the new one."""
+    path = folder / MANIFEST
+    while True:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                current = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield fd
+                return
+        finally:
+            os.close(fd)
+
+
 def record(folder: Path, rel: str, digest: str | None = None, *, temp: bool = False) -> None:
     """Add ``rel`` (a path inside the marked ``folder``) to its manifest: a file with the hash
     of its content, or a temporary about to be written (``temp``)."""
@@ -217,12 +241,46 @@ def record(folder: Path, rel: str, digest: str | None = None, *, temp: bool = Fa
         entry["temp"] = True
     else:
         entry["sha256"] = digest
-    line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-    fd = os.open(folder / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    with _manifest_fd(folder, exclusive=False) as fd:
+        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
+
+
+def settle(folder: Path, rel: str) -> None:
+    """After ``rel`` was written in the marked ``folder``: drop the manifest's lines that no
+    longer prove anything about it (its earlier hashes; its temporaries, which are gone), so
+    the same command run twice leaves the same manifest, not one that grows by random names.
+    Lines about other files are kept as they are, in their order."""
+    name = PurePosixPath(rel)
+    with _manifest_fd(folder, exclusive=True):
+        lines = (folder / MANIFEST).read_text().splitlines()
+        last = None
+        for i, line in enumerate(lines):
+            e = _entry(line)
+            if e is not None and e["path"] == rel and "sha256" in e:
+                last = i
+        kept = []
+        for i, line in enumerate(lines):
+            e = _entry(line)
+            if e is not None and i != last:
+                path = PurePosixPath(e["path"])
+                m = TEMP_NAME.fullmatch(path.name)
+                if e["path"] == rel and "sha256" in e:
+                    continue  # an earlier content of rel: replaced
+                if (e.get("temp") is True and m and m["name"] == name.name
+                        and path.parent == name.parent
+                        and not os.path.lexists(folder / e["path"])):  # fmt: skip
+                    continue  # a temporary of rel's, gone
+            kept.append(line)
+        if len(kept) < len(lines):
+            _write_small(folder / MANIFEST, "".join(line + "\n" for line in kept))
+
+
+def _entry(line: str) -> dict | None:
     try:
-        os.write(fd, line)  # one write of one line: appends from two processes do not interleave
-    finally:
-        os.close(fd)
+        e = json.loads(line)
+    except ValueError:
+        return None
+    return e if isinstance(e, dict) and isinstance(e.get("path"), str) else None
 
 
 def manifest(folder: Path) -> tuple[dict[str, set[str]], set[str]]:
