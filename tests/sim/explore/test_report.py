@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / "tests" / "screenshots"
+SHOTS = Path(__file__).resolve().parent / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_root import ROOT
 
 from gpu_check.replay import ReplayConfig, ScriptedCounts, replay
 from sim.cli.main import main
@@ -30,7 +30,6 @@ from sim.model.params import TimingParams
 from sim.model.policies import POLICIES, SYNC_SCHEDULING, Policy, named
 from sim.model.scheduling import build_schedule
 
-ROOT = Path(__file__).resolve().parent.parent
 FIXED = ("device-authoritative", "private-buffer", "sync-before-moves", "async-off")
 DOCUMENTED_SAFE = (*FIXED, "mrv2", "ascend-13865")  # README's "safe for every interleaving"
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from policy_cases import MINIMAL_RACE
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.runs.run import run_policy, write_run
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def minimal(delay_ns: int, policy: str):

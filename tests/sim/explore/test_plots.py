@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.explore.analysis import hazard_rates, param_axis, wilson
@@ -21,8 +22,6 @@ from sim.explore.plots import (
 )
 from sim.model.params import load_scenario
 from sim.model.scheduling import build_schedule
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def grid(second: bool = False) -> pd.DataFrame:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from sim.resolve.field_reports import (
     ARMS,
@@ -20,7 +20,7 @@ from sim.resolve.field_reports import (
 from sim.resolve.rates import RateEstimate
 from sim.resolve.resolution import VllmSetup, resolve
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "field_reports"
+DATA = ROOT / "data" / "field_reports"
 
 
 def _estimate(corrupted: int, generations: int, lo: float, hi: float) -> RateEstimate:

@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repo_root import ROOT
+
 from sim.cli.brief import LEGEND, PICTURE
 from sim.model.policies import POLICIES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def sim(*argv: str) -> subprocess.CompletedProcess:

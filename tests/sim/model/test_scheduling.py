@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.model import schedule as schedule_mod
@@ -15,7 +15,7 @@ from sim.model.counts_buffer import apply_step, gather
 from sim.model.params import Scenario
 from sim.model.scheduling import build_schedule
 
-GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "minimal-race.schedule.json"
+GOLDEN = ROOT / "data" / "golden" / "minimal-race.schedule.json"
 
 
 def test_minimal_race_timeline(minimal_race: Scenario) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.explore.timeline import build_timeline, replay_buffer, timeline_figure
@@ -18,8 +19,6 @@ from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.runs.run import run_policy
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def minimal(policy: str = "synced-gather", **timing: int):

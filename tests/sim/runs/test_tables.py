@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from gpu_check.__main__ import build_parser as gpu_parser
 from gpu_check.__main__ import main as gpu_main
@@ -23,7 +24,6 @@ from sim.cli.main import build_parser as sim_parser
 from sim.cli.main import main as sim_main
 from sim.runs.tables import FORMATS
 
-ROOT = Path(__file__).resolve().parents[1]
 PREREG = ROOT / "data" / "vllm" / "preregistered" / "ab-45100"
 
 # The commands with a table: (program, argv given a temporary folder, mark).

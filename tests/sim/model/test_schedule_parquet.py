@@ -1,5 +1,6 @@
-"""Long runs: the compact schedule.parquet holds schedule.json's schedule exactly, ``run
---stream`` writes what a full run writes, and a bad binary schedule gets one error line."""
+"""Long runs' compact schedule (sim.model.schedule_parquet): schedule.parquet holds
+schedule.json's schedule exactly, and a bad binary schedule gets one error line (``run
+--stream`` and the vector tier's files: tests/sim/runs/test_run.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.model import schedule_parquet
@@ -20,8 +21,6 @@ from sim.model.params import load_scenario
 from sim.model.schedule import dumps
 from sim.model.schedule_parquet import read_schedule_parquet, write_schedule_parquet
 from sim.model.scheduling import build_schedule
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_sim(*args: str) -> subprocess.CompletedProcess[str]:
@@ -84,68 +83,6 @@ def test_a_tampered_parquet_schedule_is_refused_with_the_step(tmp_path: Path) ->
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: ") and "junk.parquet" in r.stderr
     assert not (tmp_path / "o").exists()
-
-
-def test_streamed_run_cli_writes_what_a_full_run_writes(tmp_path: Path) -> None:
-    common = ["--policy", "align", "--steps", "300", "--seed", "3", "--json"]
-    r = run_sim("run", "--stream", *common, "--out", str(tmp_path / "stream"))
-    assert r.returncode == 0, r.stderr
-    assert "stream=true" in r.stdout
-    r_full = run_sim("run", "--no-trace", *common, "--out", str(tmp_path / "full"))
-    assert r_full.returncode == 0, r_full.stderr
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert summary == json.loads(r_full.stdout.strip().splitlines()[-1])
-    assert summary["cpu_wrong"] > 0  # a run with wrong reads to get wrong
-    assert (tmp_path / "stream" / "reads.parquet").read_bytes() == (
-        tmp_path / "full" / "reads.parquet"
-    ).read_bytes()
-    assert sorted(p.name for p in (tmp_path / "stream").iterdir()) == [
-        ".specrace-manifest.jsonl",
-        ".specrace-run.json",
-        "meta.json",
-        "reads.parquet",
-        "schedule.parquet",
-    ]
-    sched = read_schedule_parquet(tmp_path / "stream" / "schedule.parquet")
-    assert dumps(sched) == (tmp_path / "full" / "schedule.json").read_text()
-    # `schedule --format parquet` writes the same file, and `run --schedule` reads it back.
-    r = run_sim("schedule", "--steps", "300", "--seed", "3", "--format", "parquet",
-                "--out", str(tmp_path / "sched"))  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    binary = tmp_path / "sched" / "schedule.parquet"
-    assert binary.read_bytes() == (tmp_path / "stream" / "schedule.parquet").read_bytes()
-    for extra in ([], ["--stream"]):
-        out = tmp_path / f"again{len(extra)}"
-        r = run_sim("run", "--schedule", str(binary), "--policy", "align", "--no-trace",
-                    *extra, "--out", str(out))  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        got = pd.read_parquet(out / "reads.parquet")
-        pd.testing.assert_frame_equal(got, pd.read_parquet(tmp_path / "full" / "reads.parquet"))
-    r = run_sim("run", "--stream", "--steps", "10", "--out", str(tmp_path / "all"))
-    assert (
-        r.returncode == 2 and r.stderr == "error: --stream runs one policy: name it with --policy\n"
-    )
-
-
-def test_run_on_the_vector_tier_writes_the_simpy_tiers_files(tmp_path: Path) -> None:
-    common = ["--policy", "all", "--steps", "200", "--seed", "1", "--no-trace", "--json"]
-    outs = {}
-    for engine in ("vector", "simpy"):
-        r = run_sim("run", "--engine", engine, *common, "--out", str(tmp_path / engine))
-        assert r.returncode == 0, r.stderr
-        outs[engine] = json.loads(r.stdout.strip().splitlines()[-1])
-    assert outs["vector"] == outs["simpy"]
-    assert any(s["cpu_wrong"] for s in outs["vector"]["policies"])
-    files = sorted(
-        p.relative_to(tmp_path / "simpy") for p in (tmp_path / "simpy").rglob("*.parquet")
-    )
-    assert len(files) >= 8
-    for f in files:
-        assert (tmp_path / "vector" / f).read_bytes() == (tmp_path / "simpy" / f).read_bytes(), f
-    r = run_sim("run", "--engine", "vector", "--steps", "10", "--out", str(tmp_path / "t"))
-    assert (
-        r.returncode == 2 and r.stderr == "error: --engine vector writes no trace: add --no-trace\n"
-    )
 
 
 def _headers():

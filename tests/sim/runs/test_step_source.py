@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.model.params import load_scenario
@@ -27,7 +28,6 @@ from sim.runs import step_source
 from sim.runs.run import run_streaming
 from sim.runs.step_source import StepsFromProcess, generated, pack_steps, unpack_steps
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = load_scenario("qwen35-mtp3")
 TIGHT = replace(
     BASE,

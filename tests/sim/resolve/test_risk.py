@@ -6,10 +6,10 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.model.params import load_scenario
@@ -19,7 +19,6 @@ from sim.resolve.rates import simulate_rates, wilson
 from sim.resolve.resolution import VllmSetup, resolve
 from sim.resolve.risk import assess, build_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
 # qwen35-mtp3's own GPU timing: the balanced regime, where the race happens.
 BALANCED = {
     "timing.gpu_forward_ns_base": 6_000_000,

@@ -12,14 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.explore.analysis import hazard_rates
 from sim.explore.sweep import SweepSpec, parse_vary, run_sweep
 from sim.explore.sweep_points import finished
 from sim.model.params import load_scenario
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def spec(values: str = "3000000,9000000") -> SweepSpec:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from repo_root import ROOT
 
 from sim.hardware.schedule_match import match, step_differences
 from sim.model.schedule_io import read_schedule
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "data/vllm/v0.24.0/align_s16_d0ms"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.explore.upstream_test import (
@@ -21,8 +22,6 @@ from sim.explore.upstream_test import (
     render,
 )
 from sim.runs.signature import sign
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_sim(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.runs.processes import AUTO_MIN_S, auto_workers, map_units
 
@@ -35,11 +36,10 @@ def test_a_script_read_from_stdin_runs_its_units_here() -> None:
     the pool broke with a BrokenProcessPool traceback. The units now run in that process."""
     import subprocess
     import sys
-    from pathlib import Path
 
     script = ("from sim.runs.processes import map_units\n"
               "print(map_units(abs, [3, -4, 5, -6], workers=2))\n")  # fmt: skip
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     r = subprocess.run([sys.executable, "-"], input=script, cwd=root, capture_output=True,
                        text=True, timeout=limit_s(30))  # fmt: skip
     assert r.returncode == 0 and r.stdout.strip() == "[3, 4, 5, 6]", r.stderr
