@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from gpu_check.replay import CudaCounts, ReplayConfig, ScriptedCounts, replay
 from policy_cases import MINIMAL_RACE
@@ -18,7 +19,6 @@ from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 
-ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"H": 2, "HV": 4, "K": 16, "V": 8}
 
 

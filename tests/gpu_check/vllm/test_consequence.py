@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from repo_root import ROOT
 
 from gpu_check.__main__ import main
 from gpu_check.vllm.config import RunConfig
@@ -253,7 +254,7 @@ def test_a_committed_h200_run_counts_the_requests_vllm_ab_counts(tmp_path: Path)
     from gpu_check.vllm.export import export_run, load_raw
     from gpu_check.vllm.outcome import observed
 
-    data = Path(__file__).resolve().parents[2] / "data" / "vllm" / "v0.24.0"
+    data = ROOT / "data" / "vllm" / "v0.24.0"
     raw = load_raw(data / "raw" / "raw_align_s16_d15ms.json.gz")
     raw["token_ids"] = {r["req_id"]: [7] * r["output_len"] for r in raw["requests"]}
     run = tmp_path / "v0.24.0"

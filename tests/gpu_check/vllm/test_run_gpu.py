@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 CARRY = Path(os.environ.get("SPECRACE_VLLM_CARRY", ROOT / ".vllmcarry"))
 
 

@@ -8,10 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from gpu_check.vllm.outcome import ab_summary, judge, outcome
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 PREREG = Path("data/vllm/preregistered")
 RUNS = {"ab-45100": Path("data/vllm/ab"), "align-fixes": Path("data/vllm/fixes")}
 

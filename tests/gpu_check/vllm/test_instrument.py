@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from gpu_check.vllm.instrument import Recorder
 from gpu_check.vllm.instrument_v2 import HOOK_POINTS, RecorderV2, is_v2_runner
@@ -63,7 +64,6 @@ def test_recorders_share_their_setup_and_undo_their_hooks(fake_torch, cls, v2, r
 
 # --- RecorderV2 against a release's own MRv2 source (CPU, no vLLM import) -------------------
 # The unpacked .py tree of a release: tests/conformance/fetch_release.sh V (absent: skipped).
-ROOT = Path(__file__).resolve().parents[2]
 GPU = "vllm/v1/worker/gpu"
 
 

@@ -15,12 +15,12 @@ import types
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 import specrace.plugin as plugin
 from gpu_check.__main__ import main
 from gpu_check.vllm import plugin_bench as pb
 
-ROOT = Path(__file__).resolve().parents[2]
 CARRY = Path(os.environ.get("SPECRACE_VLLM_CARRY", ROOT / ".vllmcarry"))
 
 

@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from gpu_check.vllm.export import export_run, landing
 from sim.model.schedule_io import read_schedule
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm" / "v0.24.0"
+DATA = ROOT / "data" / "vllm" / "v0.24.0"
 # 15 ms of GPU delay: landings before, between and after the row ops, 4->1 and 1->4 errors
 RICH = "align_s16_d15ms"
 

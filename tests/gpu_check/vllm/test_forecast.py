@@ -3,15 +3,14 @@ leave-one-group-out model error, determinism, the regimes and the criterion's ar
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
+from repo_root import ROOT
 
 from gpu_check.vllm import forecast as fc
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = ROOT / "data" / "vllm"
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +232,7 @@ def test_the_window_evidence_in_forward_prediction_md_is_the_committed_gauge_tab
 
     from gpu_check.vllm.gauge_evidence import window_spread
 
-    root = Path(__file__).resolve().parents[2]
+    root = ROOT
     g = pd.read_csv(root / "data/vllm/gauge/gauge.csv")
     pure = g[g["host_gauge_pure"] & g["host_gauge_ms"].notna()]
     host = pure[

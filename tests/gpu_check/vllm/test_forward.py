@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from repo_root import ROOT
 
 from gpu_check.__main__ import main
 from gpu_check.vllm.calibrate import calibrate, find_configs, group_name, timing_toml
@@ -20,7 +21,7 @@ from gpu_check.vllm.forward import (
 )
 from sim.model.params import timing_file_values
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = ROOT / "data" / "vllm"
 FORWARD = DATA / "forward"
 
 

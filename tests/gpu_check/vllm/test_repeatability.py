@@ -7,12 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from gpu_check.__main__ import main
 from gpu_check.vllm.outcome import judge, observed
 from gpu_check.vllm.repeatability import find_passes, repeatability
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 D12 = [("v0.24.0", "align_s16_d12ms"), ("v0.24.0-repeat", "align_s16_d12ms")]
 
 

@@ -4,14 +4,15 @@ committed evidence that it tracks a pass's step time (data/vllm/gauge)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from repo_root import ROOT
 
 from gpu_check.vllm.calibrate import step_spans
 from gpu_check.vllm.export import load_raw
 from gpu_check.vllm.gauge import GAUGE_KEYS, host_gauge, sample_tokens_ms
 from gpu_check.vllm.gauge_evidence import gauge_evidence, gauge_rows
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = ROOT / "data" / "vllm"
 
 
 def test_the_gauge_is_the_calibrations_decode_only_sample_tokens_span() -> None:

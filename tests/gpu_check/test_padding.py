@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from gpu_check.padding import capture_sizes, gdn_full_metadata, padding_report, plan_padding
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
+from repo_root import ROOT
 
 from gpu_check.vllm.figure import load_raw, pick, wrong_read_figure
 
-RUN = Path(__file__).resolve().parents[2] / "data" / "vllm" / "ab" / "v0.23.0" / "none_s64_d20ms"
+RUN = ROOT / "data" / "vllm" / "ab" / "v0.23.0" / "none_s64_d20ms"
 
 
 def test_the_read_line_the_landing_band_and_the_ops_are_in_the_legend() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_root import ROOT
 
 from gpu_check.vllm.agreement import compare_dir, policy_for, predict_step
 from gpu_check.vllm.tables import results, run_folders
@@ -15,7 +16,7 @@ from sim.model.input_batch import RowOp
 from sim.model.policies import get_policy
 from sim.model.schedule import StepRecord
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "vllm"
+DATA = ROOT / "data" / "vllm"
 
 
 def test_every_committed_run_agrees_with_its_policy() -> None:
