@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 import specrace.plugin as plugin
 from sim.model.policies import get_policy
@@ -433,6 +434,6 @@ def test_the_summary_line_gives_the_watchs_host_time_per_step():
     t = {"vllm": "0.33.0", "policy": "align", "steps": 1000, "reads": 20000, "wrong": 3,
          "skipped_steps": 0, "runner_steps": 1002, "host_ns": 1002 * 85_000}  # fmt: skip
     assert summary_line(t).endswith("; the watch's own host time 85 µs per step")
-    doc = (Path(__file__).parent.parent / "docs" / "deployment.md").read_text()
+    doc = (ROOT / "docs" / "deployment.md").read_text()
     assert summary_line(t | {"runner_steps": 1000, "host_ns": 85_000_000}) in doc
     assert "host time" not in summary_line(t | {"runner_steps": 0})
