@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 from load import limit_s
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_root import ROOT
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:

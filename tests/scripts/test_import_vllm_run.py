@@ -7,12 +7,13 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from sim.errors import SpecraceError
 from sim.runs.io import atomic_write_text
 from sim.runs.outputs import claim_dir, foreign_files, marker
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "import_vllm_run.py"
+SCRIPT = ROOT / "scripts" / "import_vllm_run.py"
 
 
 def _module():

@@ -7,11 +7,11 @@ import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
+
+from repo_root import ROOT
 
 from sim.explore.check.space import BIG, Req, Root, Space, _run
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_runs.py"
 
 

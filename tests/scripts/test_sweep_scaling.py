@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
-
-ROOT = Path(__file__).resolve().parents[1]
+from repo_root import ROOT
 
 
 def test_the_scaling_script_measures_every_count_on_the_same_bytes(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_root import ROOT
+
 SCRIPT = ROOT / "scripts" / "profile_table.py"
 PROFILES = sorted((ROOT / "data" / "bench" / "profiles").glob("*.raw.[gx]z"))
 
