@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_root import ROOT
+
 SIM = ROOT / "sim"
 ORDER = ["model", "runs", "explore", "hardware", "resolve", "cli"]
 # What each group may import from sim (besides sim.errors and itself).

@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_root import ROOT
+
 IMAGES = ROOT / "docs" / "images"
 MAX_WIDTH, MAX_ASPECT = 1800, 1.7
 

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text() + "\n" + (ROOT / "docs" / "reference.md").read_text()
 
 

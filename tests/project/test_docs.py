@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 SELF = Path(__file__).resolve()
 SCANNED_SUFFIXES = {".py", ".md", ".toml", ".ipynb", ".sh"}

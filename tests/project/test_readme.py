@@ -7,17 +7,16 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.model.params import load_scenario
 from sim.model.policies import POLICIES
 from sim.model.scheduling import build_schedule
 from sim.runs.run import run_policy
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text() + "\n" + (ROOT / "docs" / "reference.md").read_text()
 
 

@@ -16,8 +16,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 # extra -> what the README promises it brings, and one command (run with the venv's bin first

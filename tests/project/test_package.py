@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 from sim.model.param_docs import DOCS
 from sim.model.params import builtin_scenarios, builtin_timing_files, parameter_keys
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def sim(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:

@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repo_root import ROOT
+
 from sim.model.policies import POLICIES
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
 MAX_LINES = 250  # a door, not a lab notebook: history and campaigns live in docs/ and data/

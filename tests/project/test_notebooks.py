@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 # What each notebook must print: the claims it exists to show.
