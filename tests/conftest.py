@@ -7,6 +7,9 @@ from hypothesis import settings
 
 from sim.model.params import Scenario, load_scenario
 
+# fuzz_harness.refused asserts for the tests of tests/cli_contract/: show the values it compared
+pytest.register_assert_rewrite("fuzz_harness")
+
 # CI draws the same examples every run (a property test that fails there fails again when
 # rerun); locally each run explores new ones. Explicit per-test settings still apply on top.
 settings.register_profile("ci", derandomize=True, print_blob=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from load import limit_s
 
+from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 
 CAMPAIGN = os.environ.get("SPECRACE_FUZZ_CAMPAIGN", "")
@@ -120,3 +121,26 @@ def check_case(surface: str, argv: list[str], what: str, out: Path | None = None
 
 def assert_clean(code: int, err: str, out: Path, what: str) -> None:
     assert classify(code, err, out, [], {}, None) in ("ok", "clean"), f"{what}: {err!r}"
+
+
+# -- refusals shared by tests/cli_contract/ ------------------------------------------------
+def refused(argv: list[str], needle: str, out: Path | None = None, prog=main, watch=()) -> str:
+    """Run ``argv``; assert a clean refusal whose one line holds ``needle``."""
+    before = {d: sorted(p.name for p in d.rglob("*")) for d in watch}
+    code, err = run_cli(argv, prog)
+    assert classify(code, err, out, [], {}, True) == "clean", (argv, code, err)
+    assert needle in err, err
+    assert {d: sorted(p.name for p in d.rglob("*")) for d in watch} == before
+    return err
+
+
+def run_schedule(tmp_path: Path, sched: dict | bytes, needle: str) -> None:
+    path = tmp_path / "bad.json"
+    if isinstance(sched, bytes):
+        path.write_bytes(sched)
+    else:
+        path.write_text(json.dumps(sched))
+    out = tmp_path / "o"
+    refused(["run", "--schedule", str(path), "--out", str(out)], needle, out)
+    refused(["replay", "--device", "cpu", "--schedule", str(path), "--out", str(out)], needle,
+            out, prog=gpu_main)  # fmt: skip

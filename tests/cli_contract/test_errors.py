@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
-
-ROOT = Path(__file__).resolve().parent.parent
+from repo_root import ROOT
 
 
 def run_sim(*args: str) -> subprocess.CompletedProcess[str]:

@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from sim.cli.main import build_parser
 from sim.model.policies import POLICIES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(module: str, *argv: str) -> subprocess.CompletedProcess:

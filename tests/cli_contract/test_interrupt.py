@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 from load import limit_s
+from repo_root import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 SPECRACE = Path(sys.executable).with_name("specrace")  # the console script beside it
 

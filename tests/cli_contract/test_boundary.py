@@ -16,52 +16,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from fuzz_harness import classify, run_cli
+from fuzz_harness import refused, run_cli, run_schedule
 from load import limit_s
+from repo_root import ROOT
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.runs.outputs import MANIFEST, MARKER, record
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def refused(argv: list[str], needle: str, out: Path | None = None, prog=main, watch=()) -> str:
-    """Run ``argv``; assert a clean refusal whose one line holds ``needle``."""
-    before = {d: sorted(p.name for p in d.rglob("*")) for d in watch}
-    code, err = run_cli(argv, prog)
-    assert classify(code, err, out, [], {}, True) == "clean", (argv, code, err)
-    assert needle in err, err
-    assert {d: sorted(p.name for p in d.rglob("*")) for d in watch} == before
-    return err
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "one"
-    code, err = run_cli(["run", "--scenario", "minimal-race", "--policy", "align", "--out",
-                         str(out)])  # fmt: skip
-    assert code == 0, err
-    return out
-
-
-@pytest.fixture()
-def schedule(tmp_path: Path) -> dict:
-    code, err = run_cli(["schedule", "--scenario", "minimal-race", "--out", str(tmp_path / "s")])
-    assert code == 0, err
-    return json.loads((tmp_path / "s" / "schedule.json").read_text())
-
-
-def run_schedule(tmp_path: Path, sched: dict | bytes, needle: str) -> None:
-    path = tmp_path / "bad.json"
-    if isinstance(sched, bytes):
-        path.write_bytes(sched)
-    else:
-        path.write_text(json.dumps(sched))
-    out = tmp_path / "o"
-    refused(["run", "--schedule", str(path), "--out", str(out)], needle, out)
-    refused(["replay", "--device", "cpu", "--schedule", str(path), "--out", str(out)], needle,
-            out, prog=gpu_main)  # fmt: skip
 
 
 # -- scenario, timing and --set ----------------------------------------------------------------
@@ -441,7 +402,7 @@ def test_schedule_requests_of_another_shape(tmp_path: Path, schedule: dict) -> N
 def test_compare_refuses_to_pool_tables_of_different_kinds() -> None:
     """A drawn replay and a --sim-run replay pooled would leave holes (a ValueError deep in
     pandas before): one line naming the odd table, exit 2."""
-    root = Path(__file__).resolve().parent.parent / "data" / "replay"
+    root = ROOT / "data" / "replay"
     drawn = str(root / "observed_minimal-race.parquet")
     simrun = str(root / "heldout" / "observed_spin_fwd4500000_seed7.parquet")
     code, err = run_cli(["compare", drawn, simrun])

@@ -26,6 +26,7 @@ import pytest
 from fuzz_harness import CAMPAIGN, check_case, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from repo_root import ROOT
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
@@ -33,7 +34,6 @@ from sim.model.params import parameter_keys
 from sim.runs.io import table_kinds
 from sim.runs.outputs import MANIFEST, MARKER
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = (ROOT / "sim/model/scenarios/minimal-race.toml").read_text()
 EXAMPLES = int(os.environ.get("SPECRACE_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(

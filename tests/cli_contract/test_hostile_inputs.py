@@ -22,16 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuzz_harness import run_cli
+from fuzz_harness import refused, run_cli
 from load import limit_s
-from test_boundary import refused
+from repo_root import ROOT
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.errors import SpecraceError
 from sim.runs.inputs import read_bounded, read_json, regular_file
 
-ROOT = Path(__file__).resolve().parent.parent
 VLLM = ROOT / "data" / "vllm"
 RAW = VLLM / "v0.24.0" / "raw" / "raw_align_s16_d15ms.json.gz"
 RUN = VLLM / "v0.24.0" / "align_s16_d15ms"  # an exported run, its raw record in ../raw/

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_harness import run_cli
+from repo_root import ROOT
 
 from gpu_check.__main__ import build_parser as gpu_parser
 from gpu_check.__main__ import main as gpu_main
@@ -44,7 +45,6 @@ from sim.cli.main import build_parser as sim_parser
 from sim.cli.main import main as sim_main
 from sim.runs.outputs import MARKER, record, sha256, write_marker
 
-ROOT = Path(__file__).resolve().parent.parent
 VLLM = ROOT / "data" / "vllm"
 RAW = VLLM / "v0.24.0" / "raw" / "raw_align_s16_d15ms.json.gz"
 EXPORTED = VLLM / "v0.24.0" / "align_s16_d15ms"  # an exported run (vllm-figure's input)

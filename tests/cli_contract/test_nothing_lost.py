@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
-from fuzz_harness import run_cli
-from test_boundary import refused, run_dir, run_schedule, schedule  # noqa: F401 - fixtures
+from fuzz_harness import refused, run_cli, run_schedule
+from repo_root import ROOT
 
 from gpu_check.__main__ import main as gpu_main
 from sim.cli.main import main
 from sim.runs.outputs import MANIFEST, MARKER, prepare_dir, prepare_file
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN = ["run", "--scenario", "minimal-race", "--policy", "align", "--no-trace"]
 
 
@@ -109,7 +108,7 @@ def test_a_run_an_older_specrace_wrote_is_refused_with_how_to_move_it(tmp_path: 
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} == before
 
 
-def test_every_writer_refuses_a_users_folder_or_file(tmp_path: Path, run_dir: Path) -> None:  # noqa: F811
+def test_every_writer_refuses_a_users_folder_or_file(tmp_path: Path, run_dir: Path) -> None:
     mine = user_folder(tmp_path)
     before = snapshot(mine)
     sweep = ["sweep", "--scenario", "minimal-race", "--vary", "timing.dma_land_delay_ns=1,2",
@@ -312,7 +311,7 @@ MEANING = {
 
 
 @pytest.mark.parametrize("case", sorted(MEANING))
-def test_schedule_meaning(tmp_path: Path, schedule: dict, case: str) -> None:  # noqa: F811
+def test_schedule_meaning(tmp_path: Path, schedule: dict, case: str) -> None:
     mutate, needle = MEANING[case]
     mutate(schedule)
     run_schedule(tmp_path, schedule, needle)
@@ -322,7 +321,7 @@ def test_schedule_meaning(tmp_path: Path, schedule: dict, case: str) -> None:  #
 @pytest.mark.parametrize("case", sorted({**MEANING, "seed 2^64": None}.keys() - {"discard 999"}))
 def test_json_and_parquet_refuse_the_same_schedules(
     tmp_path: Path,
-    schedule: dict,  # noqa: F811
+    schedule: dict,
     case: str,
 ) -> None:
     """One header reader for both forms: what ``schedule.json`` refuses, ``schedule.parquet``
