@@ -25,16 +25,16 @@ $(BASE_STAMP): pyproject.toml setup.py
 $(STAMP): $(BASE_STAMP)
 	@echo "make: installing the test extras (pytest, hypothesis, ruff, CPU torch/triton/fla; a few minutes once)"
 	$(BIN)/python -m pip install -q -e '.[test]'
-	@# tests/test_report.py opens the run report in a real headless Chromium (skipped without it)
+	@# tests/sim/explore/test_report.py opens the run report in a real headless Chromium (skipped without it)
 	@if ! command -v chromium >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "make: installing chromium for the report's browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
-		|| echo "make: chromium not installed: tests/test_report.py's browser tests will skip"; \
+		|| echo "make: chromium not installed: tests/sim/explore/test_report.py's browser tests will skip"; \
 	fi
 	touch $@
 
 # The three notebooks run top to bottom in a real kernel and stored with their outputs, so
-# their figures show where they are read, the same bytes on a rerun (tests/test_notebooks.py).
+# their figures show where they are read, the same bytes on a rerun (tests/project/test_notebooks.py).
 notebooks: $(STAMP)
 	$(BIN)/python scripts/run_notebooks.py
 
@@ -54,7 +54,7 @@ test-slow: $(STAMP) $(WHEELS)
 	$(BIN)/python -m pytest -q -m slow -n auto --dist worksteal
 
 # Every wheel pyproject.toml's dependencies and extras take, downloaded once into .cache/wheels
-# (beside the conformance suite's vLLM wheels): tests/test_extras.py installs each extra into a
+# (beside the conformance suite's vLLM wheels): tests/project/test_extras.py installs each extra into a
 # fresh venv from there alone, offline. About 560 MB, most of it the CPU torch and triton.
 wheels: $(WHEELS)
 $(WHEELS): pyproject.toml scripts/extras_requirements.py $(BASE_STAMP)

@@ -1,5 +1,6 @@
 """Every requirement of pyproject.toml, dependencies and each extra, one a line (what
-``make wheels`` downloads into .cache/wheels, so that tests/test_extras.py installs offline).
+``make wheels`` downloads into .cache/wheels, so that tests/project/test_extras.py installs
+offline).
 
     python scripts/extras_requirements.py > requirements.txt
 """

@@ -1,10 +1,10 @@
 """A fuzz campaign over every input surface, and its per-surface table.
 
-Runs ``tests/test_fuzz.py`` with ``SPECRACE_FUZZ_CAMPAIGN`` set (every case is classified and
-recorded instead of failing the test) and fresh cases (``--examples`` per fuzz test), then
-prints one row per surface: cases tried, valid runs, clean errors, tracebacks, hangs, partial
-outputs, accepted-but-invalid inputs and unclear (not one line) errors; and every case that
-was none of the first two, with its command line. Exit status 1 if there was any.
+Runs ``tests/cli_contract/test_fuzz.py`` with ``SPECRACE_FUZZ_CAMPAIGN`` set (every case is
+classified and recorded instead of failing the test) and fresh cases (``--examples`` per fuzz
+test), then prints one row per surface: cases tried, valid runs, clean errors, tracebacks,
+hangs, partial outputs, accepted-but-invalid inputs and unclear (not one line) errors; and every
+case that was none of the first two, with its command line. Exit status 1 if there was any.
 
     python scripts/fuzz_campaign.py --examples 300          # about 15 minutes on 2 cores
 """
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     # Not the slow test_campaign_is_clean: it runs this script.
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-           "tests/test_fuzz.py"]  # fmt: skip
+           "tests/cli_contract/test_fuzz.py"]  # fmt: skip
     cmd += ["-k", args.k] if args.k else []
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     rows = [json.loads(line) for line in records.read_text().splitlines() if line]

@@ -20,7 +20,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FLA_DISABLE_BACKEND_DISPATCH=1
 py="${PYTHON:-python3}"
 if [ "$MODE" != simrun ]; then
-    "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu_check/test_replay.py 2>&1 \
+    "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu_check/replay/test_replay.py 2>&1 \
         | tee "$OUT/pytest_replay_gpu.log"
     for sc in minimal-race qwen35-mtp3; do
         case "$sc" in

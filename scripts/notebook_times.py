@@ -1,5 +1,5 @@
 """Wall seconds of each notebook run top to bottom in a real kernel (nbclient, with the client
-tests/test_notebooks.py uses), and of its slowest cells; one JSON line per notebook.
+tests/project/test_notebooks.py uses), and of its slowest cells; one JSON line per notebook.
 
     python scripts/notebook_times.py > data/bench/waits/notebooks-DATE.jsonl
 

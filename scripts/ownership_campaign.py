@@ -1,7 +1,7 @@
 """A hostile campaign over every command that writes: command x planted user files x --force x
 odd output paths, each case in a fresh temporary folder, in-process (tests/fuzz_harness.run_cli).
 
-The commands and the planted shapes are tests/test_ownership.py's (WRITERS, DIR_SHAPES,
+The commands and the planted shapes are tests/cli_contract/test_ownership.py's (WRITERS, DIR_SHAPES,
 FILE_SHAPES, plus "none": nothing planted). Each shape is tried with the output path as given
 and written four other ways (a trailing slash, "/.", "sub/../", relative to the working
 folder); with nothing planted, six odd paths more (empty, a symbolic link loop, a dangling

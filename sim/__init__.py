@@ -15,6 +15,6 @@ The subpackages read as the pipeline, left to right; each may import only from t
 
 ``sim`` never imports torch, triton or ``gpu_check``; ``gpu_check`` builds on
 :mod:`sim.model`, :mod:`sim.runs` and :mod:`sim.hardware` (``gpu_check.vllm`` also on
-:mod:`sim.resolve`), never on ``sim.explore`` or ``sim.cli`` (tests/test_layout.py). The words
-are defined in docs/glossary.md.
+:mod:`sim.resolve`), never on ``sim.explore`` or ``sim.cli`` (tests/project/test_layout.py).
+The words are defined in docs/glossary.md.
 """

@@ -1,4 +1,5 @@
-"""Running a command line in-process and classifying the outcome (see tests/test_fuzz.py)."""
+"""Running a command line in-process and classifying the outcome (see
+tests/cli_contract/test_fuzz.py), and the refusals tests/cli_contract/ shares."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ No hook synchronizes. ``level="timing"`` keeps only the step clock and the GPU d
 
 The same hooks serve 0.33.0 and 0.34.0 (0.34.0 has MRv2 only): the hooked methods and the
 count path did not change between them (:data:`HOOK_POINTS`; ``tests/gpu_check/
-test_vllm_recorders.py`` checks each against a release's source). In
+vllm/test_instrument.py`` checks each against a release's source). In
 ``vllm/v1/worker/gpu/model_states/mamba_hybrid.py``, 0.33.0 / 0.34.0: the slot counts
 ``num_accepted_tokens_gpu`` L86 / L90, 1 on ``add_request`` L115 / L126, the gather in
 ``prepare_attn`` L277 / L296, the scatter and fill kernels of ``postprocess_state`` L363-374 /

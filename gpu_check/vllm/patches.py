@@ -7,7 +7,7 @@ edited method is compiled in the runner module's namespace and set on the class;
 puts the original back, so one process can run every arm side by side. An edit that does not
 find its lines exactly once refuses to install (:class:`PatchError`), so a release whose source
 moved is reported, never half patched. Both patches touch only the async + align path; the text
-they edit is the same in 0.24.0 and 0.33.0 (``tests/gpu_check/test_vllm_patches.py`` holds them
+they edit is the same in 0.24.0 and 0.33.0 (``tests/gpu_check/vllm/test_patches.py`` holds them
 to both wheels' sources). What each implements, and its sim policy: docs/vllm-fixes.md.
 
 - ``private-d2h`` (the approach of vLLM PR #51599, sim policy ``private-buffer``): align's D2H

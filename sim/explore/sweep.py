@@ -23,7 +23,7 @@ Schedules built once: :func:`run_points` groups points by what their schedule de
 it), builds each distinct schedule once and simulates all of that group's timing points on
 it. ``engine`` picks the timing tier: ``vector`` (the default: every point of a group in one
 :func:`sim.model.vector.simulate_points` call) or ``simpy`` (the reference, point by point);
-both give the same summaries (tests/test_sweep.py holds them to the same bytes), and the
+both give the same summaries (tests/sim/explore/test_sweep.py holds them to the same bytes), and the
 spec records the tier, so a sweep is never resumed with the other one.
 """
 

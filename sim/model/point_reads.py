@@ -6,8 +6,8 @@ runs the policy's functions on every pair, the sparse one only on the wrong CPU 
 that is exact and cheaper. :class:`OnePointAccumulator` is the same for one timing point
 (``sim risk``, ``sim run --stream``): it remembers each step's reads and judges a batch of
 steps in one call, because at one point the per-step numpy calls of the other cost more than
-the work. The two give the same table and the same counts (tests/test_vector.py holds a point
-run alone to the same point among others).
+the work. The two give the same table and the same counts (tests/sim/model/test_vector.py
+holds a point run alone to the same point among others).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ prefill, preemption, align mode and async scheduling on and off):
 - ``discard`` flags are 0 or 1 (the reader turns any number into a flag);
 - ``engine.async_scheduling`` agrees with the steps: with async scheduling a request stays in
   the batch one step after its last token (its finish is seen a step late), without it the step
-  of its last token is its last (``tests/test_schedule_check.py`` holds both over many
-  schedules); a flag that every finished request contradicts is refused.
+  of its last token is its last (``tests/cli_contract/test_nothing_lost.py`` holds both over
+  many schedules); a flag that every finished request contradicts is refused.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 or its compact binary form ``*.parquet`` (:mod:`sim.model.schedule_parquet`).
 
 The choice by file name lives here, above both formats, so that neither format module imports
-the other (``tests/test_layout.py`` holds every module pair to that).
+the other (``tests/project/test_layout.py`` holds every module pair to that).
 """
 
 from __future__ import annotations

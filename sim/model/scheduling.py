@@ -41,7 +41,8 @@ Speed: the scheduler's per-request state lives in arrays indexed by request (arr
 and a step's running requests are served with one cumulative sum (each takes its whole
 demand until the token budget runs out, the next takes the rest); only the rare paths
 (admission, preemption) loop in Python. The schedule is byte-identical to the per-object
-version it replaced (tests/test_schedule.py's golden file; ``python -m sim bench`` runs both).
+version it replaced (tests/sim/model/test_scheduling.py's golden file; ``python -m sim bench``
+runs both).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The same model as :mod:`sim.model.simulate` (the readable specification) for many timing
 parameter sets at once: every quantity of a step is an array with one entry per point, and
 one Python loop over steps replaces SimPy's event loop. Held to the SimPy tier read by read
-(tests/test_vector.py): same landing and read times, same buffer content, same verdicts.
+(tests/sim/model/test_vector.py): same landing and read times, same buffer content, same verdicts.
 
 Why a recurrence is exact. Each actor is a sequential process whose every wait is on an
 event of an *earlier* step or of the same step further up this loop, so each time is a

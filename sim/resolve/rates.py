@@ -6,7 +6,8 @@ A *generation* is a request that consumed at least one accepted count; it is *co
 when the GDN kernel consumed at least one wrong count for it. The interval treats
 generations as independent trials (they share a schedule within a run, so it is a little
 optimistic). ``engine`` ``vector`` (the default, :func:`sim.model.vector.simulate_points`,
-no per-read table) or ``simpy`` (the reference) give the same estimate (tests/test_risk.py).
+no per-read table) or ``simpy`` (the reference) give the same estimate
+(tests/sim/resolve/test_risk.py).
 :mod:`sim.resolve.risk` and :mod:`sim.resolve.host_band` both build on this module.
 """
 

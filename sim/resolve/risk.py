@@ -13,7 +13,7 @@ when the GDN kernel consumed at least one wrong count for it. The interval treat
 generations as independent trials (they share a schedule within a run, so it is a little
 optimistic). :func:`simulate_rates` is the one call into the timing model: ``engine``
 ``vector`` (the default, :func:`sim.model.vector.simulate_points`, no per-read table) or
-``simpy`` (the reference); both give the same estimate (tests/test_risk.py).
+``simpy`` (the reference); both give the same estimate (tests/sim/resolve/test_risk.py).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def run_policy_vector(
     schedule: Schedule, scenario: Scenario, policy: Policy, seed: int
 ) -> RunResult:
     """:func:`run_policy` on the vector tier (``run --engine vector``): the same summary and
-    reads (tests/test_long_runs.py holds them to the same bytes), no trace."""
+    reads (tests/sim/runs/test_run.py holds them to the same bytes), no trace."""
     res = simulate_points(
         schedule, [scenario.timing], policy, seed, keep_reads=True, keep_timing=False
     )

@@ -9,7 +9,7 @@ result to go on: :class:`StepsFromProcess` runs the source in a second process, 
 the steps over a pipe a chunk at a time, so that on two cores the two halves overlap. The
 schedule file is written here (:func:`writing_schedule`, either way): with it there, that
 process had the larger half. The steps, the schedule file and so every output are the same
-bytes either way (tests/test_long_runs.py).
+bytes either way (tests/sim/runs/test_run.py).
 
 A chunk crosses the pipe as one pickle of :func:`pack_steps`: the per-row arrays of all its
 steps concatenated field by field, so that a chunk is a few large arrays and lists rather

@@ -1,5 +1,6 @@
 """The concrete examples of issue #13, one regression test each (those not covered elsewhere:
-tests/test_cli_errors.py, tests/test_package.py, tests/gpu_check/test_replay.py).
+tests/cli_contract/test_errors.py, tests/project/test_package.py,
+tests/gpu_check/replay/test_replay.py).
 
 Every bad input: a non-zero exit, one ``error`` line naming the input, no traceback, nothing
 left in ``--out`` (``fuzz_harness.classify``: "clean").

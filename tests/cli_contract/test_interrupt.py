@@ -12,10 +12,10 @@ well under 2 s on the idle machine (the campaign below measures it); the limit a
 scaled for a busy one (tests/load.py).
 
 The children start with SIGINT at its default, as a terminal's foreground command has it (a
-suite started as a background job inherits SIGINT ignored: tests/test_boundary.py).
+suite started as a background job inherits SIGINT ignored: tests/cli_contract/test_boundary.py).
 
-``python tests/test_interrupt.py [N]``: the campaign, each command interrupted N (13) times
-at delays spread over its run, with the worst exit time of each.
+``python tests/cli_contract/test_interrupt.py [N]``: the campaign, each command interrupted N (13)
+times at delays spread over its run, with the worst exit time of each.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from load import limit_s
-from repo_root import ROOT
+
+if __name__ == "__main__":  # the campaign, run as a script: tests/'s helpers, as pytest has them
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from load import limit_s  # noqa: E402
+from repo_root import ROOT  # noqa: E402
 
 PY = sys.executable
 SPECRACE = Path(sys.executable).with_name("specrace")  # the console script beside it

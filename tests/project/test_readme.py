@@ -173,7 +173,9 @@ def check_table() -> str:
 
 
 def test_check_table_matches_the_committed_check() -> None:
-    assert check_table() in README, "README is stale: paste tests/test_readme.py check_table()"
+    assert check_table() in README, (
+        "README is stale: paste tests/project/test_readme.py check_table()"
+    )
 
 
 def test_field_report_table_matches_the_committed_reports() -> None:

@@ -82,7 +82,7 @@ def test_every_readme_command_runs(fresh_copy: Path, chain: str) -> None:
         argv = shlex.split(cmd)
         if argv[0] == "make":  # the two make targets are what CI itself runs
             continue
-        if argv[:2] == ["pip", "install"]:  # tests/test_package.py installs the package itself
+        if argv[:2] == ["pip", "install"]:  # tests/project/test_package.py installs the package
             continue
         if argv[0] == "python":
             argv[0] = sys.executable

@@ -103,7 +103,7 @@ class Checker:
         self.runs = 0
         self.evaluations = 0
         self._cache: dict = {}
-        # Also run every resumed run from step 0 and compare (tests/test_check.py).
+        # Also run every resumed run from step 0 and compare (tests/sim/explore/test_check.py).
         self.verify_resume = verify_resume
         self.verified = 0
         # An explorer (a checker that explores subtrees for a merging one) fills a Part.

@@ -2,7 +2,8 @@
 in a real headless Chromium (Debian's ``chromium``; those tests skip without it): the page loads
 with no console error, every image renders, and its screenshot matches the committed one.
 
-``SPECRACE_UPDATE_SCREENSHOTS=1`` rewrites tests/screenshots/ on purpose (then look at them).
+``SPECRACE_UPDATE_SCREENSHOTS=1`` rewrites tests/sim/explore/screenshots/ on purpose (then look at
+them).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 The callers that judge a step at a landing (the checker, the timeline, the hardware replay's
 prediction, the vLLM agreement) must give the verdict's answer on the same inputs; the SimPy
-tier is held to the same cases in tests/test_simulate.py and the vector tier to the SimPy tier
-in tests/test_vector.py. A probe policy whose copy lands only in the private buffer while its
-CPU reads the pinned one tells apart a caller that lands the copy where the policy says from
-one that always lands it in the pinned buffer (the disagreement of issue #21).
+tier is held to the same cases in tests/sim/model/test_simulate.py and the vector tier to the SimPy
+tier in tests/sim/model/test_vector.py. A probe policy whose copy lands only in the private buffer
+while its CPU reads the pinned one tells apart a caller that lands the copy where the policy says
+from one that always lands it in the pinned buffer (the disagreement of issue #21).
 """
 
 from __future__ import annotations
