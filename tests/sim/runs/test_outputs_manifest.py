@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 from load import limit_s
+from repo_root import ROOT
 
 from sim.runs.io import atomic_write_text
 from sim.runs.outputs import MANIFEST, MARKER, claim_dir, manifest, proved_file, record
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def lines(folder: Path) -> list[dict]:
