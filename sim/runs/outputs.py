@@ -28,24 +28,27 @@ Ownership is proved, never guessed from names or layout:
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
-import hashlib
 import json
 import os
-import re
 import secrets
 import shlex
 import stat
 import sys
-from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from sim.errors import SpecraceError
+from sim.runs.manifest import (  # noqa: F401  (callers import these from here too)
+    MANIFEST,
+    TEMP_NAME,
+    manifest,
+    record,
+    settle,
+    sha256,
+    write_small,
+)
 
 MARKER = ".specrace-run.json"  # the kind of output, specrace's version, the command line
-MANIFEST = ".specrace-manifest.jsonl"  # one line per file specrace wrote there, with its hash
 FORMAT = 2  # markers before it carried no manifest: they prove nothing
 _COMMAND: list[str] = []  # the command line of this process's command (record_command)
 
@@ -62,9 +65,6 @@ KINDS: dict[str, str] = {
     "vllm-gauge": "python -m gpu_check vllm-gauge",
     "vllm-plugin-bench": "python -m gpu_check vllm-plugin-bench",
 }  # fmt: skip
-# The names our atomic writes give their temporaries: ".<name>.<8 chars>.tmp" (a file or a run
-# folder being written) and ".<name>.<8 chars>.old" (what a replace moved aside).
-TEMP_NAME = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.(tmp|old)")
 
 
 def record_command(prog: str, argv: list[str] | None) -> None:
@@ -169,15 +169,9 @@ def write_marker(folder: Path, kind: str, *, writing: bool = False) -> None:
     doc = {"kind": kind, "format": FORMAT, "version": version(), "command": " ".join(_COMMAND)}
     if writing:
         doc["writing"] = True
-    _write_small(folder / MARKER, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    write_small(folder / MARKER, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     if not (folder / MANIFEST).exists():
-        _write_small(folder / MANIFEST, "")
-
-
-def _write_small(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.part")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+        write_small(folder / MANIFEST, "")
 
 
 def marker(folder: Path) -> dict | None:
@@ -204,108 +198,6 @@ def old_marker(folder: Path) -> bool:
     return isinstance(doc, dict) and "format" not in doc and doc.get("kind") in KINDS
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-@contextlib.contextmanager
-def _manifest_fd(folder: Path, exclusive: bool) -> Iterator[int]:
-    """The manifest of ``folder`` open for appending, under a shared lock (appends: one
-    ``write`` each, so they do not interleave) or an exclusive one (:func:`settle` rewrites
-    it). A writer that waited while :func:`settle` replaced the file opens the new one."""
-    path = folder / MANIFEST
-    while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                current = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
-                yield fd
-                return
-        finally:
-            os.close(fd)
-
-
-def record(folder: Path, rel: str, digest: str | None = None, *, temp: bool = False) -> None:
-    """Add ``rel`` (a path inside the marked ``folder``) to its manifest: a file with the hash
-    of its content, or a temporary about to be written (``temp``)."""
-    entry: dict[str, object] = {"path": rel}
-    if temp:
-        entry["temp"] = True
-    else:
-        entry["sha256"] = digest
-    with _manifest_fd(folder, exclusive=False) as fd:
-        os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
-
-
-def settle(folder: Path, rel: str) -> None:
-    """After ``rel`` was written in the marked ``folder``: drop the manifest's lines that no
-    longer prove anything about it (its earlier hashes; its temporaries, which are gone), so
-    the same command run twice leaves the same manifest, not one that grows by random names.
-    Lines about other files are kept as they are, in their order."""
-    name = PurePosixPath(rel)
-    with _manifest_fd(folder, exclusive=True):
-        lines = (folder / MANIFEST).read_text().splitlines()
-        last = None
-        for i, line in enumerate(lines):
-            e = _entry(line)
-            if e is not None and e["path"] == rel and "sha256" in e:
-                last = i
-        kept = []
-        for i, line in enumerate(lines):
-            e = _entry(line)
-            if e is not None and i != last:
-                path = PurePosixPath(e["path"])
-                m = TEMP_NAME.fullmatch(path.name)
-                if e["path"] == rel and "sha256" in e:
-                    continue  # an earlier content of rel: replaced
-                if (e.get("temp") is True and m and m["name"] == name.name
-                        and path.parent == name.parent
-                        and not os.path.lexists(folder / e["path"])):  # fmt: skip
-                    continue  # a temporary of rel's, gone
-            kept.append(line)
-        if len(kept) < len(lines):
-            _write_small(folder / MANIFEST, "".join(line + "\n" for line in kept))
-
-
-def _entry(line: str) -> dict | None:
-    try:
-        e = json.loads(line)
-    except ValueError:
-        return None
-    return e if isinstance(e, dict) and isinstance(e.get("path"), str) else None
-
-
-def manifest(folder: Path) -> tuple[dict[str, set[str]], set[str]]:
-    """The marked ``folder``'s manifest: path -> the hashes specrace wrote there, and the
-    temporaries it started. A line a kill cut short proves nothing and is skipped."""
-    files: dict[str, set[str]] = {}
-    temps: set[str] = set()
-    try:
-        text = (folder / MANIFEST).read_text()
-    except (OSError, UnicodeDecodeError):
-        return files, temps
-    for line in text.splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(e, dict) or not isinstance(e.get("path"), str):
-            continue
-        if e.get("temp") is True:
-            temps.add(e["path"])
-        elif isinstance(e.get("sha256"), str):
-            files.setdefault(e["path"], set()).add(e["sha256"])
-    return files, temps
-
-
 def seal(folder: Path, kind: str) -> None:
     """A run folder written whole: list every file in it with its hash (folders marked inside
     it keep their own), then mark it done."""
@@ -314,7 +206,7 @@ def seal(folder: Path, kind: str) -> None:
         if rel.endswith("/"):
             continue
         lines.append(json.dumps({"path": rel, "sha256": sha256(folder / rel)}, sort_keys=True))
-    _write_small(folder / MANIFEST, "".join(line + "\n" for line in lines))
+    write_small(folder / MANIFEST, "".join(line + "\n" for line in lines))
     write_marker(folder, kind)
 
 
@@ -594,7 +486,7 @@ def _name_aside(folder: Path, name: str) -> None:
     if doc is None:
         raise OSError(errno.EPERM, "its marker changed", str(folder))
     doc["aside"] = name
-    _write_small(folder / MARKER, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    write_small(folder / MARKER, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def _why_not_replaceable(folder: Path, kind: str, force: bool) -> str:
