@@ -37,24 +37,16 @@ def sha256(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _manifest_fd(folder: Path, exclusive: bool) -> Iterator[int]:
-    """The manifest of ``folder`` open for appending, under a shared lock (appends: one
-    ``write`` each, so they do not interleave) or an exclusive one (:func:`settle` rewrites
-    it). A writer that waited while :func:`settle` replaced the file opens the new one."""
-    path = folder / MANIFEST
-    while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                current = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
-                yield fd
-                return
-        finally:
-            os.close(fd)
+def _locked(folder: Path, exclusive: bool, flags: int) -> Iterator[int]:
+    """The manifest of ``folder`` opened with ``flags``, under a shared lock (appends: one
+    ``write`` each, so they do not interleave) or an exclusive one (:func:`settle`, which
+    rewrites it in place, so every writer keeps the same file)."""
+    fd = os.open(folder / MANIFEST, flags | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def record(folder: Path, rel: str, digest: str | None = None, *, temp: bool = False) -> None:
@@ -65,7 +57,7 @@ def record(folder: Path, rel: str, digest: str | None = None, *, temp: bool = Fa
         entry["temp"] = True
     else:
         entry["sha256"] = digest
-    with _manifest_fd(folder, exclusive=False) as fd:
+    with _locked(folder, False, os.O_WRONLY | os.O_APPEND) as fd:
         os.write(fd, (json.dumps(entry, sort_keys=True) + "\n").encode())
 
 
@@ -73,33 +65,39 @@ def settle(folder: Path, rel: str) -> None:
     """After ``rel`` was written in the marked ``folder``: drop the manifest's lines that no
     longer prove anything about it (its earlier hashes; its temporaries, which are gone), so
     the same command run twice leaves the same manifest, not one that grows by random names.
-    Lines about other files are kept as they are, in their order."""
+    Lines about other files are kept as they are, in their order. The rewrite is in place (one
+    write, then a truncate: a kill between them leaves stale lines, never a lost one, and no
+    temporary file of its own)."""
     name = PurePosixPath(rel)
-    with _manifest_fd(folder, exclusive=True):
-        lines = (folder / MANIFEST).read_text().splitlines()
-        last = None
-        for i, line in enumerate(lines):
-            e = _entry(line)
-            if e is not None and e["path"] == rel and "sha256" in e:
-                last = i
-        kept = []
-        for i, line in enumerate(lines):
-            e = _entry(line)
-            if e is not None and i != last:
-                path = PurePosixPath(e["path"])
-                m = TEMP_NAME.fullmatch(path.name)
-                if e["path"] == rel and "sha256" in e:
-                    continue  # an earlier content of rel: replaced
-                if (e.get("temp") is True and m and m["name"] == name.name
-                        and path.parent == name.parent
-                        and not os.path.lexists(folder / e["path"])):  # fmt: skip
-                    continue  # a temporary of rel's, gone
-            kept.append(line)
+    with _locked(folder, True, os.O_RDWR) as fd:
+        with open(fd, "rb", closefd=False) as f:
+            lines = f.read().splitlines()
+        entries = [_entry(line) for line in lines]
+        ours = {i for i, e in enumerate(entries) if e and e["path"] == rel and "sha256" in e}
+        latest = max(ours, default=None)
+
+        def stale(i: int, e: dict | None) -> bool:
+            if e is None or i == latest:
+                return False
+            if i in ours:
+                return True  # an earlier content of rel: replaced
+            # a temporary of rel's, gone (checked on disk last: one call per such line)
+            path = PurePosixPath(e["path"])
+            m = TEMP_NAME.fullmatch(path.name)
+            return (e.get("temp") is True and m is not None and m["name"] == name.name
+                    and path.parent == name.parent
+                    and not os.path.lexists(folder / e["path"]))  # fmt: skip
+
+        kept = [
+            line for i, (line, e) in enumerate(zip(lines, entries, strict=True)) if not stale(i, e)
+        ]
         if len(kept) < len(lines):
-            write_small(folder / MANIFEST, "".join(line + "\n" for line in kept))
+            data = b"".join(line + b"\n" for line in kept)
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
 
 
-def _entry(line: str) -> dict | None:
+def _entry(line: str | bytes) -> dict | None:
     try:
         e = json.loads(line)
     except ValueError:
@@ -117,11 +115,8 @@ def manifest(folder: Path) -> tuple[dict[str, set[str]], set[str]]:
     except (OSError, UnicodeDecodeError):
         return files, temps
     for line in text.splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(e, dict) or not isinstance(e.get("path"), str):
+        e = _entry(line)
+        if e is None:
             continue
         if e.get("temp") is True:
             temps.add(e["path"])

@@ -33,6 +33,8 @@ def test_a_file_written_three_times_is_one_line_and_proved(tmp_path: Path) -> No
         {"path": "raw.json", "sha256": manifest(out)[0]["raw.json"].pop()}
     ]
     assert len(got) == 3 and proved_file(out / "raw.json")
+    # settling rewrites the manifest in place: it leaves no file of its own beside it
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, MARKER, "raw.json"]
 
 
 def test_a_temporary_still_there_stays_listed(tmp_path: Path) -> None:
