@@ -162,10 +162,11 @@ def check_int_text(flag: str, key: str, value: str) -> None:
 
 
 def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``--set SECTION.KEY=VALUE`` items as typed values, each key checked: the one place a
-    command line's parameter text becomes a value (a TOML value; a bare word is a string).
-    From here on a parameter travels as that value to the validated scenario."""
-    from sim.model.params import check_key, parse_value
+    """``--set SECTION.KEY=VALUE`` items as typed values: the one place a command line's
+    parameter text becomes a value (a TOML value; a bare word is a string). From here on a
+    parameter travels as that value to the scenario, which checks its key and value when it is
+    made (``sim.model.params.with_values``)."""
+    from sim.model.params import parse_value
 
     out: dict[str, Any] = {}
     for item in items:
@@ -174,7 +175,6 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         if not sep or not key:
             raise SpecraceError(f"--set {item!r}: expected section.key=value")
         check_int_text("--set", key, value)
-        check_key(key)
         out[key] = parse_value(value.strip())
     return out
 
