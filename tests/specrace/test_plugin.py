@@ -14,62 +14,19 @@ import textwrap
 import types
 from pathlib import Path
 
+import fake_vllm as fake_vllm_module
 import pytest
 from repo_root import ROOT
 
 import specrace.plugin as plugin
 from sim.model.policies import get_policy
 
-RUNNER_SRC = """
-import numpy as np
-
-
-class GPUModelRunner:
-    def __init__(self):
-        self.max_num_reqs = 4
-        self.inits = getattr(self, "inits", 0) + 1
-
-    def execute_model(self, scheduler_output):
-        return "ran"
-
-    def _update_states(self, scheduler_output):
-        # Remove finished requests from the cached states.
-        for req_id in scheduler_output.finished_req_ids:
-            pass
-
-    def _update_states_after_model_execute(self, output_token_ids, scheduler_output):
-        postprocess(
-            num_accepted_tokens_cpu_tensor=(
-                self.input_batch.num_accepted_tokens_cpu_tensor
-            ),
-        )
-
-    def _prepare_inputs(self, num_reqs, new_mask, prev_idx):
-        self.num_accepted_tokens.np[:num_reqs] = (
-            self.input_batch.num_accepted_tokens_cpu[
-                np.where(new_mask, 0, prev_idx)
-            ]
-        )
-"""
-
 
 @pytest.fixture
 def fake_vllm(tmp_path, monkeypatch):
     """A ``vllm`` of a given version whose V1 runner module is a real file (the guard reads
     its methods' source)."""
-    pkg = tmp_path / "fakevllm_runner.py"
-    pkg.write_text(RUNNER_SRC)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("fakevllm_runner", None)
-    runner_mod = importlib.import_module("fakevllm_runner")
-    vllm = types.ModuleType("vllm")
-    vllm.__version__ = "0.33.0"
-    mods = {"vllm": vllm, "vllm.v1": types.ModuleType("vllm.v1"),
-            "vllm.v1.worker": types.ModuleType("vllm.v1.worker"),
-            "vllm.v1.worker.gpu_model_runner": runner_mod}  # fmt: skip
-    mods["vllm.v1.worker"].gpu_model_runner = runner_mod
-    for k, v in mods.items():
-        monkeypatch.setitem(sys.modules, k, v)
+    vllm, runner_mod = fake_vllm_module.install(tmp_path, monkeypatch, "fakevllm_runner")
     for k in ("SPECRACE_WATCH", "SPECRACE_GUARD", "VLLM_USE_V2_MODEL_RUNNER"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(plugin, "_loaded", {})
@@ -129,7 +86,8 @@ def test_guard_installs_once_and_logs_its_release(fake_vllm, monkeypatch, caplog
 def test_guard_refuses_moved_lines_and_changes_nothing(fake_vllm, monkeypatch, caplog):
     _vllm, cls = fake_vllm
     monkeypatch.setenv("SPECRACE_GUARD", "sync-before-moves")
-    src = textwrap.dedent(RUNNER_SRC).replace("# Remove finished", "# Drop finished")
+    src = textwrap.dedent(fake_vllm_module.RUNNER_SRC)
+    src = src.replace("# Remove finished", "# Drop finished")
     path = Path(sys.modules["fakevllm_runner"].__file__)
     path.write_text(src)
     importlib.reload(sys.modules["fakevllm_runner"])

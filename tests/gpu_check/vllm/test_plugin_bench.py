@@ -5,7 +5,6 @@ putting it back, the output folder's checks; the real thing on the GPU machine (
 from __future__ import annotations
 
 import csv
-import importlib
 import io
 import json
 import os
@@ -14,6 +13,7 @@ import sys
 import types
 from pathlib import Path
 
+import fake_vllm
 import pytest
 from repo_root import ROOT
 
@@ -222,58 +222,10 @@ def test_rounds_csv_has_every_column_and_a_row_per_pass():
 
 
 # -- toggling the plugin on a runner class --------------------------------------------------------
-RUNNER_SRC = """
-import numpy as np
-
-
-class GPUModelRunner:
-    def __init__(self):
-        self.max_num_reqs = 4
-        self.input_batch = InputBatch()
-
-    def execute_model(self, scheduler_output):
-        return "ran"
-
-    def _update_states(self, scheduler_output):
-        # Remove finished requests from the cached states.
-        for req_id in scheduler_output.finished_req_ids:
-            pass
-
-    def _update_states_after_model_execute(self, output_token_ids, scheduler_output):
-        postprocess(
-            num_accepted_tokens_cpu_tensor=(
-                self.input_batch.num_accepted_tokens_cpu_tensor
-            ),
-        )
-
-    def _prepare_inputs(self, num_reqs, new_mask, prev_idx):
-        self.num_accepted_tokens.np[:num_reqs] = (
-            self.input_batch.num_accepted_tokens_cpu[
-                np.where(new_mask, 0, prev_idx)
-            ]
-        )
-
-
-class InputBatch:
-    def condense(self):
-        pass
-"""
-
-
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
     """A live runner of a fake vLLM 0.33.0 whose V1 runner module is a real file."""
-    (tmp_path / "fakevllm_bench_runner.py").write_text(RUNNER_SRC)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("fakevllm_bench_runner", None)
-    mod = importlib.import_module("fakevllm_bench_runner")
-    vllm = types.ModuleType("vllm")
-    vllm.__version__ = "0.33.0"
-    worker = types.ModuleType("vllm.v1.worker")
-    worker.gpu_model_runner = mod
-    for k, v in {"vllm": vllm, "vllm.v1": types.ModuleType("vllm.v1"), "vllm.v1.worker": worker,
-                 "vllm.v1.worker.gpu_model_runner": mod}.items():  # fmt: skip
-        monkeypatch.setitem(sys.modules, k, v)
+    _vllm, mod = fake_vllm.install(tmp_path, monkeypatch, "fakevllm_bench_runner")
     for k in (*pb.PLUGIN_ENV, "VLLM_USE_V2_MODEL_RUNNER"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(plugin, "_loaded", {})
