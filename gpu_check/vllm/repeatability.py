@@ -16,9 +16,17 @@ days), and judges
 
 Either fraction is a ceiling on ``meets_all_fraction`` of ``vllm-forward`` and
 ``vllm-outcome``: no model of vLLM, however exact, can meet the criterion more often than vLLM
-meets it against itself. It writes ``DIR/summary.json`` (the fractions with their counts and
-Wilson 95 % intervals, per group the spread of step time, rate, landing and host speed over its
-passes) and ``DIR/pairs.csv`` (every judged pair).
+meets it against itself. Both are also given per regime of the *observed* pass (its
+copy-at-entry share, :func:`gpu_check.vllm.forecast.regime`, the regimes issue 44's criterion
+is judged in), so each regime's forecast score has its own ceiling beside it. It writes
+``DIR/summary.json`` (the fractions with their counts and Wilson 95 % intervals, overall and
+per regime, per group the spread of step time, rate, landing and host speed over its passes)
+and ``DIR/pairs.csv`` (every judged pair, with the observed pass's regime).
+
+Per regime it also judges the **gauge-matched pairs**: those whose two passes' host-speed
+gauges (:func:`gpu_check.vllm.gauge.sample_tokens_ms`) differ by at most ``GAUGE_MATCH``. A
+forecast given the pass's gauge (issue 44's (iv)) knows the host's speed; these pairs are
+vLLM predicting itself with the host's speed known as well, the ceiling for that forecast.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import pandas as pd
 
 from gpu_check.vllm.config import run_config_of
 from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.forecast import REGIMES, regime
 from gpu_check.vllm.gauge import sample_tokens_ms
 from gpu_check.vllm.outcome import LANDING, judge, observed
 from sim.errors import SpecraceError
@@ -40,16 +49,19 @@ from sim.runs.io import atomic_write_text, write_json
 from sim.runs.stats import wilson
 
 PARTS = ("rate_ok", "step_ok", "landing_ok", "meets_all")
+GAUGE_MATCH = 0.05  # two passes' gauges within 5 %: the host's speed known
 PAIR_COLUMNS = [
     "group", "predictor", "observed", "rate_predictor", "rate_observed", "wrong_observed",
     "step_ms_predictor", "step_ms_observed", "landing_tv", *PARTS[:-1], "step_rel_error",
-    "rate_rel_error", "meets_all",
+    "rate_rel_error", "meets_all", "regime", "gauge_ratio",
 ]  # fmt: skip
 
 
 def pass_key(raw: dict[str, Any]) -> str:
     """What makes two passes the same configuration (a raw record's settings less its repeat
-    number, label and whether an uninstrumented pass ran before it)."""
+    number, label and whether an uninstrumented pass ran before it). A pass run with the
+    plugin's watch (``vllm-run --watch``) is a configuration of its own: the watch adds host
+    work to every step."""
     cfg = run_config_of(raw["config"]).to_dict()
     for k in ("name", "rep", "label", "baseline"):
         del cfg[k]
@@ -57,7 +69,8 @@ def pass_key(raw: dict[str, Any]) -> str:
         {
             "vllm": raw["vllm_version"], "runner": raw.get("runner", "v1"), "mode": raw["mode"],
             "patch": raw.get("patch", "none"), "k": int(raw["num_speculative_tokens"]),
-            "max_num_batched_tokens": int(raw.get("max_num_batched_tokens", 0)), **cfg,
+            "max_num_batched_tokens": int(raw.get("max_num_batched_tokens", 0)),
+            "watch": "watch" in raw, **cfg,
         },
         sort_keys=True,
     )  # fmt: skip
@@ -95,7 +108,9 @@ def _loo_median(others: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _pair_row(group: str, name_a: str, pred: dict[str, Any], b: Path, ob: dict[str, Any],
-              root: Path) -> dict[str, Any]:  # fmt: skip
+              root: Path, gauge_ratio: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """One judged prediction; ``gauge_ratio`` is the observed pass's gauge over the
+    predictor's (None for the median of the others)."""
     v = judge(pred, ob)
     return {
         "group": group, "predictor": name_a, "observed": _rel(b, root),
@@ -104,7 +119,8 @@ def _pair_row(group: str, name_a: str, pred: dict[str, Any], b: Path, ob: dict[s
         "step_ms_observed": ob["step_ms"], "landing_tv": v["landing_tv"],
         "rate_ok": v["rate_ok"], "step_ok": v["step_ok"], "landing_ok": v["landing_ok"],
         "step_rel_error": v["step_rel_error"], "rate_rel_error": v["rate_rel_error"],
-        "meets_all": v["meets_all"],
+        "meets_all": v["meets_all"], "regime": regime(ob["landing"]["entry"]),
+        "gauge_ratio": None if gauge_ratio is None else round(gauge_ratio, 4),
     }  # fmt: skip
 
 
@@ -130,6 +146,7 @@ def group_name(key: str) -> str:
     d = json.loads(key)
     tail = "" if d["arrivals"] == "all-at-start" else f"_stag{d['arrival_every']}"
     patch = "" if d["patch"] == "none" else f"_{d['patch']}"
+    patch += "_watch" if d.get("watch") else ""
     return (f"{d['vllm']}/{d['mode']}_k{d['k']}_s{d['max_num_seqs']}_d{d['gpu_delay_us'] / 1000:g}"
             f"ms_n{d['num_requests']}{tail}{patch}")  # fmt: skip
 
@@ -148,7 +165,10 @@ def repeatability(roots: list[Path]) -> tuple[dict[str, Any], pd.DataFrame]:
         folders = list(speed)
         obs = {f: observed(f) for f in folders}
         for a, b in itertools.permutations(folders, 2):
-            pairs.append(_pair_row(name, _rel(a, base), _prediction(obs[a]), b, obs[b], base))
+            ratio = speed[b] / speed[a]
+            pairs.append(
+                _pair_row(name, _rel(a, base), _prediction(obs[a]), b, obs[b], base, ratio)
+            )
         if len(folders) >= 3:
             for b in folders:
                 pred = _loo_median([obs[f] for f in folders if f != b])
@@ -164,6 +184,7 @@ def repeatability(roots: list[Path]) -> tuple[dict[str, Any], pd.DataFrame]:
             "sample_tokens_ms": [speed[f] for f in folders],
         })  # fmt: skip
     table = pd.DataFrame(pairs + loo, columns=PAIR_COLUMNS)
+    matched = [r for r in pairs if abs(r["gauge_ratio"] - 1) <= GAUGE_MATCH]
     doc = {
         "schema": "specrace.vllm_repeatability",
         "roots": [str(r) for r in roots],
@@ -172,6 +193,19 @@ def repeatability(roots: list[Path]) -> tuple[dict[str, Any], pd.DataFrame]:
         "passes": sum(len(v) for v in groups.values()),
         "pairs": _fractions(pairs),
         "leave_one_out": _fractions(loo),
+        "per_regime": {
+            name: {
+                what: _fractions([r for r in rows if r["regime"] == name])
+                for what, rows in (
+                    ("pairs", pairs),
+                    ("leave_one_out", loo),
+                    ("pairs_gauge_matched", matched),
+                )
+            }
+            for name in REGIMES
+        },  # fmt: skip
+        "gauge_match": GAUGE_MATCH,
+        "pairs_gauge_matched": _fractions(matched),
         "per_group": per_group,
     }
     return doc, table
@@ -203,6 +237,13 @@ def repeatability_text(doc: dict[str, Any]) -> str:
             f"  {label}: meets_all {m['count']}/{f['judged']} ({m['fraction']:.2f}, 95 % "
             f"[{m['ci95'][0]:.2f}, {m['ci95'][1]:.2f}]); {parts}"
         )
+    for name, by in doc["per_regime"].items():
+        cells = [
+            f"{label} {by[what]['meets_all']['count']}/{by[what]['judged']}"
+            for what, label in (("pairs", "pairs"), ("leave_one_out", "leave-one-out"),
+                                ("pairs_gauge_matched", "gauge-matched pairs"))
+        ]  # fmt: skip
+        lines.append(f"  meets_all where the observed pass is {name}: {', '.join(cells)}")
     for g in doc["per_group"]:
         lines.append(
             f"  {g['group']}: {len(g['passes'])} passes, step {min(g['step_ms']):.1f}-"

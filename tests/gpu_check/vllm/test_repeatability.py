@@ -73,6 +73,49 @@ def test_repeat_number_and_label_do_not_split_a_group(tmp_path):
     assert a.is_dir()
 
 
+def test_a_watched_pass_is_a_configuration_of_its_own(tmp_path):
+    import gzip
+
+    _copy(tmp_path, *D12[0])
+    _copy(tmp_path, *D12[1])
+    _copy(tmp_path, *D12[0], as_run="watched")
+    raw = tmp_path / "watched/raw/raw_align_s16_d12ms.json.gz"
+    doc = json.loads(gzip.decompress(raw.read_bytes()))
+    doc["watch"] = {"state": "installed", "armed": True}  # what vllm-run --watch records
+    raw.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert sorted(len(v) for v in find_passes([tmp_path]).values()) == [1, 2]
+    _copy(tmp_path, *D12[1], as_run="watched-too")
+    raw2 = tmp_path / "watched-too/raw/raw_align_s16_d12ms.json.gz"
+    doc2 = json.loads(gzip.decompress(raw2.read_bytes()))
+    raw2.write_bytes(gzip.compress(json.dumps({**doc2, "watch": doc["watch"]}).encode()))
+    rep, _table = repeatability([tmp_path])
+    assert sorted(g["group"] for g in rep["per_group"]) == [
+        "0.24.0/align_k3_s16_d12ms_n192", "0.24.0/align_k3_s16_d12ms_n192_watch"]  # fmt: skip
+
+
+def test_per_regime_splits_every_judged_pair_by_the_observed_pass(tmp_path):
+    from gpu_check.vllm.forecast import REGIMES, regime
+
+    for r, c in [*D12, ("v0.24.0", "align_s16_d15ms"), ("v0.24.0-closecalls", "align_s16_d15ms")]:
+        _copy(tmp_path, r, c)
+    doc, table = repeatability([tmp_path])
+    for what in ("pairs", "leave_one_out"):
+        parts = [doc["per_regime"][name][what] for name in REGIMES]
+        assert sum(p["judged"] for p in parts) == doc[what]["judged"]
+        assert sum(p["meets_all"]["count"] for p in parts) == doc[what]["meets_all"]["count"]
+    for _, row in table.iterrows():
+        folder = tmp_path / row["observed"]
+        assert row["regime"] == regime(observed(folder)["landing"]["entry"])
+    pairs = table[table["predictor"] != "median of the others"]
+    close = pairs[(pairs["gauge_ratio"] - 1).abs() <= doc["gauge_match"]]
+    assert doc["pairs_gauge_matched"]["judged"] == len(close) < len(pairs)
+    assert doc["pairs_gauge_matched"]["meets_all"]["count"] == int(close["meets_all"].sum())
+    assert table[table["predictor"] == "median of the others"]["gauge_ratio"].isna().all()
+    # the 15 ms passes land at entry in 22 % and 44 % of steps: the boundary
+    assert set(table[table["group"].str.contains("_d15ms_")]["regime"]) == {"boundary"}
+    assert doc["per_regime"]["boundary"]["pairs"]["judged"] >= 2
+
+
 def test_cli_writes_summary_and_pairs_and_refuses_unrepeated_input(tmp_path, capsys):
     for r, c in D12:
         _copy(tmp_path / "runs", r, c)
