@@ -270,3 +270,23 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
     )
     assert f"deviation of {sd:.3f} over {ratio['rounds']} rounds" in flat
     assert f"needs about {round((1.96 * sd / 0.03) ** 2)} paired rounds" in flat
+    # the third call (the watch timing itself): its ratio, interval, spread and host share
+    quiet = json.loads((root / "bench-0.33.0-host-share" / "summary.json").read_text())
+    watch = quiet["results"]["s16_d0ms"]["watch"]
+    ratio, own = watch["ratio_to_off"], watch["watch"]
+    lo, hi = ratio["bootstrap95_median"]
+    sd = statistics.stdev(ratio["per_round"])
+    share = f"{100 * own['host_share_of_step']:.1f} %"
+    quoted = (
+        f"the median ratio was {ratio['median']:.3f}, its bootstrap 95 % interval "
+        f"{lo:.3f}-{hi:.3f}, and the watch's own host time {own['host_ms_per_step']:.3f} ms "
+        f"a step, {share} of the step"
+    )
+    assert quoted in flat
+    assert f"standard deviation was {sd:.3f} over {ratio['rounds']} rounds" in flat
+    assert hi < 1.0 and lo > 0.97 and own["host_share_of_step"] < 0.03  # the claims the text makes
+    readme_flat = " ".join(readme.split())
+    assert (
+        f"({ratio['rounds']} rounds): tokens/s {ratio['median']:.3f} of off (95 % interval "
+        f"{lo:.3f}-{hi:.3f}), its own host time {share} of the step" in readme_flat
+    )
