@@ -94,6 +94,9 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
             "pass_group": config_key(p), "regime": fc.regime(observed["entry"]),
             "regime_predicted": f["regime_predicted"], "gauge_from": source,
             "cond_factor": round(cond["factor"], 4), "cond_meets_all": v["meets_all"],
+            "cond_rate": round(cond["rate"], 6), "cond_step_ms": cond["step_ms"],
+            "cond_entry": cond["landing"]["entry"], "cond_rate_ok": v["rate_ok"],
+            "cond_step_ok": v["step_ok"], "cond_landing_ok": v["landing_ok"],
             "rate_observed": observed["rate"], "step_ms_observed": observed["step"],
             "entry_observed": observed["entry"],
         }  # fmt: skip

@@ -201,6 +201,11 @@ def test_a_forecast_round_is_scored_per_regime_on_its_committed_intervals(tmp_pa
         assert len(set(f.values())) == 1  # one factor per process
     covered = sum(r["rate_pi_lo"] <= r["rate_observed"] <= r["rate_pi_hi"] for r in rows)
     assert fc["per_regime"]["overall"]["coverage"]["rate"]["covered"] == covered
+    # each pass says which of the three parts the gauge-conditioned forecast missed
+    for r in rows:
+        parts = (r["cond_rate_ok"], r["cond_step_ok"], r["cond_landing_ok"])
+        assert r["cond_meets_all"] == all(parts)
+        assert r["cond_step_ok"] == (abs(r["cond_step_ms"] / r["step_ms_observed"] - 1) <= 0.10)
     by_regime = {name: e["passes"] for name, e in fc["per_regime"].items() if name != "overall"}
     assert sum(by_regime.values()) == 4
     # each pass has one pass of its configuration in the other process: a between-window width
