@@ -57,9 +57,24 @@ class Measured:
         return (self.vllm, self.mode, self.max_num_seqs, self.k)
 
 
+def run_device(run: Path) -> str | None:
+    """The GPU a vllm-run folder ran on (its summary.json's ``environment.device``), or None
+    where none is recorded."""
+    try:
+        device = json.loads((run / "summary.json").read_text())["environment"]["device"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return device if isinstance(device, str) else None
+
+
 def find_configs(root: Path) -> list[Measured]:
-    """Every exported V1 configuration under ``root`` (MRv2 folders are left out: no row ops,
-    no counts D2H, nothing for sim's row model to time)."""
+    """Every exported V1 configuration under ``root`` recorded on ``CALIBRATION_DEVICE`` (MRv2
+    folders are left out: no row ops, no counts D2H, nothing for sim's row model to time).
+
+    The timing is one machine's: the GPU line and every host cost are fitted together, and a
+    run on another machine (another GPU, another host CPU) would mix two machines into one
+    line. Runs recorded on another device are judged where they were pre-registered
+    (``vllm-outcome``), not calibrated from; a run that names no device is kept."""
     if not root.is_dir():
         raise SpecraceError(f"{root}: not a folder (expected data/vllm)")
     out = []
@@ -70,6 +85,8 @@ def find_configs(root: Path) -> list[Measured]:
         if meta.get("runner") == "v2" or not (exp.parent / "steps_vllm.parquet").is_file():
             continue
         if meta.get("patch", "none") != "none":
+            continue
+        if run_device(exp.parent.parent) not in (CALIBRATION_DEVICE, None):
             continue
         run = str(exp.parent.parent.relative_to(root))
         raw = exp.parent.parent / "raw" / f"raw_{exp.parent.name}.json.gz"
@@ -89,6 +106,7 @@ def find_configs(root: Path) -> list[Measured]:
 
 
 FORWARD_RUNS = "forward-*"  # the pre-registered forward runs: data/vllm/forward-23/<run>/...
+CALIBRATION_DEVICE = "NVIDIA H200"  # the machine of every calibrating run (find_configs)
 
 
 def run_k(run: Path, mode: str) -> int:

@@ -119,6 +119,31 @@ def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
     )
 
 
+def test_runs_of_another_machine_are_judged_not_calibrated_from(tmp_path) -> None:
+    """The calibration is one machine's: forward-25 ran on an H100, every calibrating run on
+    the H200. A run's recorded device decides; a run that records none is kept."""
+    import shutil
+
+    from gpu_check.vllm.calibrate import CALIBRATION_DEVICE, run_device
+
+    configs = find_configs(DATA)
+    assert {run_device(DATA / c.run) for c in configs} == {CALIBRATION_DEVICE}
+    src = DATA / "v0.24.0"
+    for name, device in (("h200", CALIBRATION_DEVICE), ("h100", "NVIDIA H100 80GB HBM3"),
+                         ("unnamed", None)):  # fmt: skip
+        run = tmp_path / name
+        shutil.copytree(src / "align_s16_d0ms", run / "align_s16_d0ms")
+        (run / "raw").mkdir()
+        shutil.copy(src / "raw" / "raw_align_s16_d0ms.json.gz", run / "raw")
+        summary = json.loads((src / "summary.json").read_text())
+        if device is None:
+            summary.pop("environment")
+        else:
+            summary["environment"]["device"] = device
+        (run / "summary.json").write_text(json.dumps(summary))
+    assert sorted(c.run for c in find_configs(tmp_path)) == ["h200", "unnamed"]
+
+
 def test_a_wrong_gpu_line_changes_the_verdicts(configs, cal, committed) -> None:
     """Without the delay's effect on the GPU (slope 0) every run stays CPU-bound and the
     GPU-bound align run at 30 ms would be predicted to go wrong as often as at 0 ms."""
