@@ -128,6 +128,8 @@ def test_runs_of_another_machine_are_judged_not_calibrated_from(tmp_path) -> Non
 
     configs = find_configs(DATA)
     assert {run_device(DATA / c.run) for c in configs} == {CALIBRATION_DEVICE}
+    assert not any(c.run.startswith("forward-25/") for c in configs)
+    assert run_device(DATA / "forward-25" / "v0.24.0-w1") == "NVIDIA H100 80GB HBM3"
     src = DATA / "v0.24.0"
     for name, device in (("h200", CALIBRATION_DEVICE), ("h100", "NVIDIA H100 80GB HBM3"),
                          ("unnamed", None)):  # fmt: skip

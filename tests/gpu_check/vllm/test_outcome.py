@@ -217,3 +217,30 @@ def test_a_forecast_round_is_scored_per_regime_on_its_committed_intervals(tmp_pa
 
     text = outcome_text(out)
     assert f"forecast, overall: 4 passes; inside the 90 % interval: rate {covered}/4" in text
+
+
+def test_the_forward_25_outcome_is_the_one_its_readme_states():
+    """data/vllm/preregistered/README.md's forward-25 table is outcome.json's counts, per
+    regime; the runs it judged are the committed ones, and the missing ones are listed."""
+    doc = json.loads((REPO / PREREG / "forward-25" / "outcome.json").read_text())
+    readme = (REPO / PREREG / "README.md").read_text()
+    section = readme[readme.index("### forward-25: the outcome") :]
+    fc = doc["forecast"]["per_regime"]
+    regimes = ("CPU-bound", "boundary", "GPU-bound", "overall")
+    passes = " | ".join(str(fc[r]["passes"]) for r in regimes)
+    assert f"| passes (regime by the observed entry share) | {passes} |" in section
+    cover = [" / ".join(str(fc[r]["coverage"][p]["covered"]) for p in ("rate", "step", "entry"))
+             for r in regimes]  # fmt: skip
+    share = fc["overall"]["coverage"]["rate"]["fraction"]
+    assert f"| {cover[0]} | {cover[1]} | {cover[2]} | {cover[3]} ({share:.2f}) |" in section
+    cond = [str(fc[r]["conditional_meets_all"]["meets"]) for r in regimes]
+    frac = fc["overall"]["conditional_meets_all"]["fraction"]
+    assert f"| {cond[0]} | {cond[1]} | {cond[2]} | {cond[3]} ({frac:.2f}) |" in section
+    safety = fc["boundary"]["safety"]
+    assert f"| {safety['above_upper']} of {safety['passes']} |" in section
+    point = sum(r["meets_all"] for r in doc["results"])
+    assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in section
+    assert len(doc["results"]) + len(doc["not_run"]) == 48
+    assert all(x.split("/")[0].endswith("-w2") for x in doc["not_run"])
+    misses = [r for r in doc["forecast"]["passes_table"] if not r["cond_meets_all"]]
+    assert "The ten misses" in section and len(misses) == 10
