@@ -23,6 +23,7 @@ stated is out of reach before a run", proposal (ii')).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -150,7 +151,11 @@ def score_forecast(judged: list[Judged], preds: dict[str, Any]) -> dict[str, Any
         return None
     path = Path(preds.get("calibration") or CALIBRATION)
     try:
-        cal = json.loads(path.read_text())["calibration"]
+        data = path.read_bytes()
+        cal = json.loads(data)["calibration"]
     except (OSError, ValueError, KeyError) as e:
         raise SpecraceError(f"{path}: no calibration for the conditional forecast ({e})") from None
-    return forecast_outcome(mine, cal, simulate_seed) | {"calibration": str(path)}
+    # the file is named by its path; its hash says which version scored (iv)
+    return forecast_outcome(mine, cal, simulate_seed) | {
+        "calibration": str(path), "calibration_sha256": hashlib.sha256(data).hexdigest(),
+    }  # fmt: skip

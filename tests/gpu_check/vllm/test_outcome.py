@@ -238,6 +238,10 @@ def test_the_forward_25_outcome_is_the_one_its_readme_states():
     assert f"| {cond[0]} | {cond[1]} | {cond[2]} | {cond[3]} ({frac:.2f}) |" in section
     safety = fc["boundary"]["safety"]
     assert f"| {safety['above_upper']} of {safety['passes']} |" in section
+    import hashlib
+
+    cal = REPO / doc["forecast"]["calibration"]  # the calibration that scored (iv), as it was
+    assert doc["forecast"]["calibration_sha256"] == hashlib.sha256(cal.read_bytes()).hexdigest()
     point = sum(r["meets_all"] for r in doc["results"])
     assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in section
     assert len(doc["results"]) + len(doc["not_run"]) == 48
