@@ -3,8 +3,9 @@
 import sys
 
 try:
-    from sim.runs.ctrl_c import sigint_held
+    from sim.runs.ctrl_c import retake_swallowed_interrupts, sigint_held
 
+    retake_swallowed_interrupts()
     with sigint_held():  # Ctrl-C while importing is taken once the imports are whole
         from sim.cli.main import main
     code = main()

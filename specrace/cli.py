@@ -36,6 +36,10 @@ def gpu_name(cmd: str, sim_cmds: set[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the program's own entry (the console script)
+        from sim.runs.ctrl_c import retake_swallowed_interrupts
+
+        retake_swallowed_interrupts()
     try:
         code = _dispatch(list(sys.argv[1:] if argv is None else argv))
     except KeyboardInterrupt:  # Ctrl-C while the halves import

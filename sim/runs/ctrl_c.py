@@ -57,3 +57,25 @@ def keep_exit_status() -> None:
     ends, keeps its status. A script file or ``-c`` never reads the flag; this is then a no-op.
     """
     eval("None")  # a string eval, for its side effect above; it runs nothing
+
+
+def retake_swallowed_interrupts() -> None:
+    """A Ctrl-C that lands while Python runs a callback it cannot raise from (an import lock's
+    weakref callback, a ``__del__``) becomes an "Exception ignored" message, and the command
+    runs on as if no Ctrl-C had come. Installed by the entry points, this hook sees that
+    ``KeyboardInterrupt`` and asks for it again from a timer thread a few milliseconds later,
+    when the main thread has left the callback (asked from the hook itself, it would land in
+    the hook and be ignored the same way); landing in another such callback repeats this."""
+    import sys
+
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:  # type: ignore[no-untyped-def]
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            import _thread
+
+            threading.Timer(0.005, _thread.interrupt_main).start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
