@@ -464,4 +464,7 @@ def main(
 
 
 if __name__ == "__main__":
+    from sim.runs.ctrl_c import retake_swallowed_interrupts
+
+    retake_swallowed_interrupts()  # a Ctrl-C swallowed by a callback is taken again
     sys.exit(main())
