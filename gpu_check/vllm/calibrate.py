@@ -78,6 +78,7 @@ def find_configs(root: Path) -> list[Measured]:
     if not root.is_dir():
         raise SpecraceError(f"{root}: not a folder (expected data/vllm)")
     out = []
+    devices: dict[Path, str | None] = {}  # one read of each run's summary.json
     found = sorted(root.glob("*/*/export.json"))
     found += sorted(root.glob(f"{FORWARD_RUNS}/*/*/export.json"))
     for exp in found:
@@ -86,7 +87,10 @@ def find_configs(root: Path) -> list[Measured]:
             continue
         if meta.get("patch", "none") != "none":
             continue
-        if run_device(exp.parent.parent) not in (CALIBRATION_DEVICE, None):
+        run_dir = exp.parent.parent
+        if run_dir not in devices:
+            devices[run_dir] = run_device(run_dir)
+        if devices[run_dir] not in (CALIBRATION_DEVICE, None):
             continue
         run = str(exp.parent.parent.relative_to(root))
         raw = exp.parent.parent / "raw" / f"raw_{exp.parent.name}.json.gz"

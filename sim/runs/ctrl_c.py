@@ -69,6 +69,8 @@ def retake_swallowed_interrupts() -> None:
     import sys
 
     previous = sys.unraisablehook
+    if getattr(previous, "retakes_interrupts", False):
+        return  # installed already: a second hook would ask for each Ctrl-C twice
 
     def hook(unraisable) -> None:  # type: ignore[no-untyped-def]
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -78,4 +80,5 @@ def retake_swallowed_interrupts() -> None:
             return
         previous(unraisable)
 
+    hook.retakes_interrupts = True  # type: ignore[attr-defined]
     sys.unraisablehook = hook

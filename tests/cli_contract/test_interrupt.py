@@ -352,3 +352,14 @@ except KeyboardInterrupt:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=limit_s(30), cwd=ROOT)  # fmt: skip
     assert done.stdout.strip() == ("interrupted" if retake else "ran on"), done.stderr
+
+
+def test_the_retaking_hook_installs_once(monkeypatch) -> None:
+    """Installed twice (two entry points in one process), it would ask for each Ctrl-C twice."""
+    from sim.runs.ctrl_c import retake_swallowed_interrupts
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    retake_swallowed_interrupts()
+    first = sys.unraisablehook
+    retake_swallowed_interrupts()
+    assert sys.unraisablehook is first is not sys.__unraisablehook__
