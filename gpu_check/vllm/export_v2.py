@@ -154,6 +154,11 @@ def export_run_v2(raw: dict[str, Any], out: Path, summary: dict[str, Any] | None
     atomic_write(out / "observed_vllm.parquet", lambda t: reads.to_parquet(t, index=False))
     atomic_write(out / "agreement.parquet", lambda t: pred.to_parquet(t, index=False))
     atomic_write_text(out / "export.json", json.dumps(exp, indent=2) + "\n")
+    if "watch" in raw:  # vllm-run --watch on MRv2: the plugin stood aside, the export saw
+        from gpu_check.vllm.watch_check import compare_stood_aside  # what wrong reads
+
+        text = json.dumps(compare_stood_aside(raw, reads), indent=2) + "\n"
+        atomic_write_text(out / "watch.json", text)
     rep = {**rep, "runner": "v2"}
     atomic_write_text(out / "agreement.json", json.dumps(rep, indent=2) + "\n")
     return rep

@@ -336,7 +336,7 @@ def plugin_arm(arm: str, runner: Any, watch_dir: Path) -> Iterator[str]:
 
     cls = type(runner)
     saved = dict(cls.__dict__)
-    objs = (runner, runner.input_batch)
+    objs = tuple(o for o in (runner, getattr(runner, "input_batch", None)) if o is not None)
     before = [shadowed(o) for o in objs]
     old_env = {k: os.environ.get(k) for k in PLUGIN_ENV}
     try:

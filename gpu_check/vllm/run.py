@@ -289,7 +289,8 @@ def run_config(
 
     runner = _runner(llm)
     v2 = is_v2_runner(runner)
-    watch = watch and not v2  # MRv2 keeps the counts on the GPU: the plugin does nothing there
+    stand_aside = watch and v2  # MRv2 keeps the counts on the GPU: the plugin must do nothing
+    watch = watch and not v2
     if v2:
         Recorder = RecorderV2  # type: ignore[assignment,misc]  # noqa: N806
     set_concurrency(llm, cfg.max_num_seqs)
@@ -302,6 +303,10 @@ def run_config(
         from gpu_check.vllm import patches
 
         llm.reset_prefix_cache()
+        if stand_aside and level == "full":  # the plugin loaded as a server's: it stands aside
+            from gpu_check.vllm.watch_check import stood_aside
+
+            result["watch"] = stood_aside(runner, out / "watch" / f"{mode}_{cfg.name}")
         with ExitStack() as stack:
             if watch and level == "full":  # the plugin's class hook first: it restores the
                 from gpu_check.vllm.watch_check import watched  # class as found, so before the fix

@@ -72,6 +72,48 @@ def watched(runner: Any, folder: Path) -> Iterator[PassWatch]:
         yield PassWatch(runner, state)
 
 
+def stood_aside(runner: Any, folder: Path) -> dict[str, Any]:
+    """MRv2: the plugin loaded with ``SPECRACE_WATCH=1`` in this process, as a server's would be.
+    It must stand aside: state ``not-applicable`` and the V1 runner class left as it was (by
+    identity, every entry of its ``__dict__``)."""
+    from vllm.v1.worker import gpu_model_runner
+
+    from gpu_check.vllm.plugin_bench import class_changes, plugin_arm
+
+    v1 = gpu_model_runner.GPUModelRunner
+    saved = dict(v1.__dict__)
+    with plugin_arm("watch", runner, folder) as state:
+        changed = class_changes(v1, saved)
+    return {"state": state, "armed": False, "v1_class_changed": changed}
+
+
+def compare_stood_aside(raw: dict[str, Any], reads: pd.DataFrame) -> dict[str, Any]:
+    """An MRv2 pass under ``vllm-run --watch``: as it should be when the plugin stood aside
+    (:func:`stood_aside`) and the export observed no wrong read."""
+    w = raw["watch"]
+    wrong = int(reads["wrong"].sum())
+    aside = w.get("state") == "not-applicable" and not w.get("v1_class_changed")
+    return {
+        "schema": "specrace.watch_check",
+        "mode": raw["mode"],
+        "config": raw["config"]["name"],
+        "vllm_version": raw.get("vllm_version", ""),
+        "runner": "v2",
+        "state": str(w.get("state", "")),
+        "v1_class_changed": list(w.get("v1_class_changed", [])),
+        "armed": False,
+        "reads_observed": int(len(reads)),
+        "reads_watched": 0,
+        "steps_watched": 0,
+        "steps_skipped": 0,
+        "wrong_observed": wrong,
+        "wrong_watched": 0,
+        "wrong_both": 0,
+        "stood_aside": aside,
+        "equal": aside and wrong == 0,
+    }
+
+
 def compare(raw: dict[str, Any], reads: pd.DataFrame, step_ids: list[int]) -> dict[str, Any]:
     """The watch's wrong reads of ``raw`` against the export's observed reads (``reads``, whose
     ``step`` indexes ``step_ids``, the engine steps that built inputs)."""
@@ -114,6 +156,10 @@ def compare(raw: dict[str, Any], reads: pd.DataFrame, step_ids: list[int]) -> di
 
 
 def text(rep: dict[str, Any]) -> str:
+    if rep.get("runner") == "v2":
+        aside = "stood aside" if rep["stood_aside"] else "did NOT stand aside"
+        return (f"watch: MRv2, the plugin {aside} (state {rep['state']}); the export saw "
+                f"{rep['wrong_observed']} wrong in {rep['reads_observed']} reads")  # fmt: skip
     verdict = "equal" if rep["equal"] else "NOT equal"
     return (
         f"watch: {verdict}: wrong {rep['wrong_watched']} watched, {rep['wrong_observed']} "
@@ -124,7 +170,7 @@ def text(rep: dict[str, Any]) -> str:
 
 ROW_KEYS = ("vllm_version", "config", "mode", "patch", "armed", "reads_observed", "reads_watched",
             "steps_watched", "steps_skipped", "wrong_observed", "wrong_watched", "wrong_both",
-            "equal")  # fmt: skip
+            "equal", "runner", "state")  # fmt: skip
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
@@ -133,8 +179,8 @@ def rows(root: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted([*root.glob("*/watch.json"), *root.glob("*/*/watch.json")]):
         rep = json.loads(path.read_text())
-        out.append({"run": path.parent.parent.name}
-                   | {k: rep.get(k, "none" if k == "patch" else "") for k in ROW_KEYS})  # fmt: skip
+        row = {k: rep.get(k, "none" if k == "patch" else "") for k in ROW_KEYS}
+        out.append({"run": path.parent.parent.name} | row | {"runner": rep.get("runner", "v1")})
     return out
 
 
@@ -146,15 +192,23 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        v2 = r["runner"] == "v2"
+        verdict = ("not applicable" if v2 else "yes") if r["equal"] else "**no**"
         out.append(
-            f"| {r['vllm_version']} | {r['run']} | {r['mode']} | {r['config']} | {r['patch']} "
-            f"| {r['reads_observed']:,} / {r['reads_watched']:,} | {r['wrong_observed']} / "
-            f"{r['wrong_watched']} / {r['wrong_both']} | {r['steps_skipped']} "
-            f"| {'yes' if r['equal'] else '**no**'} |"
+            f"| {r['vllm_version']} | {r['run']} | {r['mode']}{' (MRv2)' if v2 else ''} "
+            f"| {r['config']} | {r['patch']} | {r['reads_observed']:,} / {r['reads_watched']:,} "
+            f"| {r['wrong_observed']} / {r['wrong_watched']} / {r['wrong_both']} "
+            f"| {r['steps_skipped']} | {verdict} |"
         )
-    bare = [r for r in rows if r["patch"] == "none"]
+    v1 = [r for r in rows if r["runner"] != "v2"]
+    bare = [r for r in v1 if r["patch"] == "none"]
     wrong, reads = sum(r["wrong_watched"] for r in bare), sum(r["reads_watched"] for r in bare)
-    equal = sum(bool(r["equal"]) for r in rows)
+    equal = sum(bool(r["equal"]) for r in v1)
     out.append(f"\nUnguarded passes: the watch saw {wrong} in {reads:,} reads; equal to the "
-               f"export in {equal} of {len(rows)} passes.")  # fmt: skip
+               f"export in {equal} of {len(v1)} passes.")  # fmt: skip
+    v2 = [r for r in rows if r["runner"] == "v2"]
+    if v2:
+        aside, seen = sum(bool(r["equal"]) for r in v2), sum(r["wrong_observed"] for r in v2)
+        out.append(f"MRv2 passes: the plugin stood aside with no wrong read in {aside} of "
+                   f"{len(v2)} (the export saw {seen} wrong).")  # fmt: skip
     return "\n".join(out) + "\n"

@@ -166,6 +166,12 @@ def test_mrv2_run_is_clean_and_its_resets_are_the_block_crossings(tmp_path: Path
     step["consumed"][step["consumed"].index(4)] = 2
     rep2 = export_run_v2(raw, tmp_path / "b", summary)
     assert rep2["wrong_observed"] == 1 and rep2["agree"] == rep["agree"] - 1
+    assert not (tmp_path / "b" / "watch.json").exists()  # no --watch, no watch.json
+    # under vllm-run --watch the plugin stood aside; the export's wrong read is named
+    raw["watch"] = {"state": "not-applicable", "armed": False, "v1_class_changed": []}
+    export_run_v2(raw, tmp_path / "c", summary)
+    watch = json.loads((tmp_path / "c" / "watch.json").read_text())
+    assert watch["stood_aside"] and watch["wrong_observed"] == 1 and not watch["equal"]
 
 
 def test_0340_mrv2_record_is_what_issue_45_asks(tmp_path: Path) -> None:

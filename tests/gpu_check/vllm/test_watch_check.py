@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gpu_check.vllm.watch_check import compare, text
+from gpu_check.vllm.watch_check import (
+    compare,
+    compare_stood_aside,
+    markdown,
+    rows,
+    stood_aside,
+    text,
+)
 
 
 def _reads(rows):
@@ -89,3 +96,63 @@ def test_the_export_and_the_watch_check_judge_reads_by_one_rule() -> None:
     assert consumed_column("align") == "cpu_value" and consumed_column("none") == "gpu_value"
     assert wrong_reads("align", cpu, gpu, true, drafted).tolist() == [True, False, True]
     assert wrong_reads("none", cpu, gpu, true, drafted).tolist() == [False, True, False]
+
+
+# -- MRv2: the plugin must stand aside ---------------------------------------------------------
+def _v2_raw(state="not-applicable", changed=()):
+    watch = {"state": state, "armed": False, "v1_class_changed": list(changed)}
+    return {"mode": "align", "config": {"name": "s16_d0ms"}, "vllm_version": "0.33.0",
+            "watch": watch}  # fmt: skip
+
+
+def _v2_reads(wrong):
+    return pd.DataFrame({"req_id": ["a", "b", "c"], "wrong": wrong})
+
+
+def test_an_mrv2_pass_is_as_it_should_be_only_if_the_plugin_stood_aside_and_none_was_wrong():
+    ok = compare_stood_aside(_v2_raw(), _v2_reads([False, False, False]))
+    assert ok["equal"] and ok["stood_aside"] and ok["reads_observed"] == 3
+    assert text(ok).startswith("watch: MRv2, the plugin stood aside (state not-applicable)")
+    wrong = compare_stood_aside(_v2_raw(), _v2_reads([False, True, False]))
+    assert wrong["stood_aside"] and not wrong["equal"] and wrong["wrong_observed"] == 1
+    for raw in (_v2_raw(state="installed"), _v2_raw(changed=["execute_model"])):
+        rep = compare_stood_aside(raw, _v2_reads([False] * 3))
+        assert not rep["stood_aside"] and not rep["equal"]
+        assert "did NOT stand aside" in text(rep)
+
+
+def test_the_table_says_not_applicable_for_mrv2_and_counts_it_apart(tmp_path):
+    import json
+
+    v1 = compare(_raw("align", [_w(2, "a", 4, 1)]), READS, STEP_IDS)
+    v2 = compare_stood_aside(_v2_raw(), _v2_reads([False] * 3))
+    for run, rep in (("r1", v1), ("r2", v2)):
+        (tmp_path / run / "p").mkdir(parents=True)
+        (tmp_path / run / "p" / "watch.json").write_text(json.dumps(rep))
+    table = markdown(rows(tmp_path))
+    assert "| align (MRv2) |" in table and table.count("| not applicable |") == 1
+    assert "equal to the export in 1 of 1 passes." in table
+    assert "MRv2 passes: the plugin stood aside with no wrong read in 1 of 1" in table
+
+
+def test_on_mrv2_the_plugin_stands_aside_in_a_live_process(tmp_path, monkeypatch):
+    """``stood_aside`` calls the real ``register()`` under ``SPECRACE_WATCH=1`` with MRv2 forced
+    (a fake vLLM 0.33.0): nothing on the V1 class changes and the environment is restored."""
+    import os
+
+    import fake_vllm
+
+    import specrace.plugin as plugin
+    from gpu_check.vllm import plugin_bench as pb
+
+    _vllm, mod = fake_vllm.install(tmp_path, monkeypatch, "fakevllm_watch_v2")
+    for k in pb.PLUGIN_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(plugin, "_loaded", {})
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    runner = mod.GPUModelRunner()
+    got = stood_aside(runner, tmp_path / "w")
+    assert got == {"state": "not-applicable", "armed": False, "v1_class_changed": []}
+    assert not any(k in os.environ for k in pb.PLUGIN_ENV) and plugin._loaded == {}
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")  # the V1 runner: it installs
+    assert stood_aside(runner, tmp_path / "w")["v1_class_changed"] != []
