@@ -400,6 +400,10 @@ def outcome_text(doc: dict[str, Any]) -> str:
         c4 = e["conditional_meets_all"]
         lines.append(f"  forecast, {name}: {e['passes']} passes; inside the 90 % interval: {cov}; "
                      f"given the gauge, meets all {c4['meets']}/{c4['passes']}")  # fmt: skip
+    for name, e in doc.get("forecast", {}).get("step_gauge", {}).items():
+        if name != "factors":
+            lines.append(f"  step gauge, {name}: meets all {e['step_gauge_meets_all']}/"
+                         f"{e['passes']} (the gauge: {e['gauge_meets_all']})")  # fmt: skip
     for r in doc["results"]:
         p, o = r["predicted"], r["observed"]
         lines.append(

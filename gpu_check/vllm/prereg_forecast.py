@@ -12,6 +12,12 @@ Per pass (one prediction, one exported run):
   process's own pure pass (align at 0 ms, the same run and repeat), turned into a factor on
   that pass's own timing; a process without one uses the pass's own gauge, as ``vllm-forward``
   does. ``gauge_from`` says which.
+- beside it, the forecast conditioned on the **step gauge** (``sg_*`` columns): the host
+  factor at which sim's median step of the process's pure pass equals the step vLLM took
+  there (:func:`step_matched_factor`). The ``sample_tokens`` gauge reads one host span; on
+  forward-25's first processes the other spans slowed more than it (docs/forward-prediction.md),
+  and a CPU-bound pass's step is every host span at once. Defined after those processes and
+  before the second ones ran, so those are its held-out test.
 
 Sharpness (ii) is reported two ways: against vLLM's spread around the median of a
 configuration's other passes (``own_spread``, as ``vllm-forward`` reports it), and, since a
@@ -42,21 +48,43 @@ def config_key(p: dict[str, Any]) -> str:
             f"{c['arrivals']}/k{p['k']}/{p['patch']}")  # fmt: skip
 
 
-def gauges(judged: list[Judged]) -> dict[tuple[str, int], tuple[dict[str, Any], float]]:
+Gauge = tuple[dict[str, Any], float, float]  # the pure pass's prediction, gauge ms, step ms
+
+
+def gauges(judged: list[Judged]) -> dict[tuple[str, int], Gauge]:
     """Each process's (run, repeat) pure pass with the least GPU delay (align at 0 ms where it
-    ran): its prediction and measured gauge (ms)."""
+    ran): its prediction, measured gauge and median step (ms)."""
     from gpu_check.vllm.outcome import _json
 
-    out: dict[tuple[str, int], tuple[dict[str, Any], float]] = {}
-    for p, _obs, folder in judged:
+    out: dict[tuple[str, int], Gauge] = {}
+    for p, obs, folder in judged:
         meta = _json(folder / "export.json", "vllm-export summary")
         if not meta.get("host_gauge_pure") or meta.get("host_gauge_ms") is None:
             continue
         proc = (p.get("run", ""), p["run_config"]["rep"])
         if proc not in out or (p["run_config"]["gpu_delay_us"]
                                < out[proc][0]["run_config"]["gpu_delay_us"]):  # fmt: skip
-            out[proc] = (p, float(meta["host_gauge_ms"]))
+            out[proc] = (p, float(meta["host_gauge_ms"]), float(obs["step_ms"]))
     return out
+
+
+def step_matched_factor(sched, sc, policy, step_ms: float, start: float, simulate_seed) -> float:
+    """The host factor at which sim's median step of ``sc`` (the pure pass's configuration)
+    equals ``step_ms``, vLLM's there: secant steps from 1 and ``start`` (the ``sample_tokens``
+    gauge's factor), at most three. A CPU-bound step is close to linear in the factor; a step
+    that does not move with it (GPU-bound) keeps the last factor."""
+
+    def step_at(f: float) -> float:
+        return float(fc.conditional(sched, sc, policy, None, simulate_seed, factor=f)["step_ms"])
+
+    f0, f1 = 1.0, start if abs(start - 1.0) > 0.02 else 1.1
+    s0, s1 = step_at(f0), step_at(f1)
+    for _ in range(3):
+        if abs(s1 - step_ms) <= 0.005 * step_ms or s1 == s0:
+            break
+        f0, f1 = f1, max(0.2, f1 + (step_ms - s1) * (f1 - f0) / (s1 - s0))
+        s0, s1 = s1, step_at(f1)
+    return f1
 
 
 def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.DataFrame:
@@ -69,6 +97,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
 
     pure = gauges(judged)
     factor_at: dict[tuple[str, int], float] = {}
+    step_factor_at: dict[tuple[str, int], float] = {}
     rows = []
     for p, obs, folder in judged:
         f = p["forecast"]
@@ -76,11 +105,13 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
         sched, sc, policy = prepared(p["vllm"], p["mode"], run_config_of(p["run_config"]), cal,
                                      p["k"])  # fmt: skip
         if proc in pure:
-            if proc not in factor_at:  # the pure pass's gauge on its own timing
-                gp, gauge_ms = pure[proc]
-                g_sc = prepared(gp["vllm"], gp["mode"], run_config_of(gp["run_config"]), cal,
-                                gp["k"])[1]  # fmt: skip
+            if proc not in factor_at:  # the pure pass's gauges on its own timing
+                gp, gauge_ms, step_ms = pure[proc]
+                g_cfg = run_config_of(gp["run_config"])
+                g_sched, g_sc, g_policy = prepared(gp["vllm"], gp["mode"], g_cfg, cal, gp["k"])
                 factor_at[proc] = factor_of_gauge(gauge_ms, g_sc.timing)
+                step_factor_at[proc] = step_matched_factor(
+                    g_sched, g_sc, g_policy, step_ms, factor_at[proc], simulate_seed)  # fmt: skip
             cond = fc.conditional(sched, sc, policy, None, simulate_seed,
                                   factor=factor_at[proc])  # fmt: skip
             source = "the process's pure pass"
@@ -89,6 +120,18 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
             cond = fc.conditional(sched, sc, policy, own, simulate_seed)
             source = "the pass's own" if own is not None else "none (factor 1)"
         v = judge(cond, obs)
+        if proc in step_factor_at:  # the step gauge's forecast
+            sg = fc.conditional(sched, sc, policy, None, simulate_seed,
+                                factor=step_factor_at[proc])  # fmt: skip
+            sv = judge(sg, obs)
+            step_gauge = {
+                "sg_factor": round(sg["factor"], 4), "sg_meets_all": sv["meets_all"],
+                "sg_rate": round(sg["rate"], 6), "sg_step_ms": sg["step_ms"],
+                "sg_entry": sg["landing"]["entry"], "sg_rate_ok": sv["rate_ok"],
+                "sg_step_ok": sv["step_ok"], "sg_landing_ok": sv["landing_ok"],
+            }  # fmt: skip
+        else:
+            step_gauge = {"sg_factor": None, "sg_meets_all": None}
         observed = {"rate": obs["rate"], "step": obs["step_ms"], "entry": obs["landing"]["entry"]}
         row: dict[str, Any] = {
             "run": p.get("run", ""), "config": p["config"], "rep": p["run_config"]["rep"],
@@ -99,7 +142,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
             "cond_entry": cond["landing"]["entry"], "cond_rate_ok": v["rate_ok"],
             "cond_step_ok": v["step_ok"], "cond_landing_ok": v["landing_ok"],
             "rate_observed": observed["rate"], "step_ms_observed": observed["step"],
-            "entry_observed": observed["entry"],
+            "entry_observed": observed["entry"], **step_gauge,
         }  # fmt: skip
         for part in fc.PARTS:
             lo, hi = f[f"{part}_pi90"]
@@ -127,8 +170,27 @@ def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -
             for (a, b), n in df.groupby(["regime_predicted", "regime"]).size().items()
         },
         "gauge_from": {k: int(n) for k, n in df["gauge_from"].value_counts().items()},
+        "step_gauge": step_gauge_score(df),
         "passes_table": df.round(6).to_dict("records"),
     }
+
+
+def step_gauge_score(df: pd.DataFrame) -> dict[str, Any]:
+    """(iv) with the step gauge beside the committed gauge's, per regime and overall, on the
+    passes whose process had a pure pass; and the processes' two factors."""
+    has = df[df["sg_factor"].notna()]
+    out: dict[str, Any] = {}
+    for name in (*fc.REGIMES, "overall"):
+        part = has if name == "overall" else has[has["regime"] == name]
+        n, k, k0 = len(part), int(part["sg_meets_all"].sum()), int(part["cond_meets_all"].sum())
+        out[name] = {"passes": n, "step_gauge_meets_all": k, "gauge_meets_all": k0,
+                     "fraction": fc._frac(k, n), "wilson95": fc._wilson(k, n)}  # fmt: skip
+    per_run = has.groupby(["run", "rep"])[["cond_factor", "sg_factor"]].first()
+    out["factors"] = [
+        {"run": r, "rep": int(rep), "gauge": float(g), "step_gauge": float(sg)}
+        for (r, rep), (g, sg) in per_run.iterrows()
+    ]  # fmt: skip
+    return out
 
 
 def outcome_with_forecast(prereg: Path, roots: list[Path], partial: bool = False) -> dict[str, Any]:

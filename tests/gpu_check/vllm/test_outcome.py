@@ -213,10 +213,23 @@ def test_a_forecast_round_is_scored_per_regime_on_its_committed_intervals(tmp_pa
                if name != "overall"]  # fmt: skip
     assert sum(between) == 4
     assert json.loads((dest / "outcome.json").read_text())["forecast"]["passes"] == 4
+    # the step gauge: one factor per process, at which sim's step of its pure pass is vLLM's
+    for run in ("v0.24.0", "v0.24.0-repeat"):
+        mine = [r for r in rows if r["run"] == run]
+        assert len({r["sg_factor"] for r in mine}) == 1
+        d0 = next(r for r in mine if r["config"].startswith("s16_d0ms"))
+        assert abs(d0["sg_step_ms"] / d0["step_ms_observed"] - 1) <= 0.01
+    for r in rows:
+        parts = (r["sg_rate_ok"], r["sg_step_ok"], r["sg_landing_ok"])
+        assert r["sg_meets_all"] == all(parts)
+    sg = fc["step_gauge"]["overall"]
+    assert sg["passes"] == 4 and sg["step_gauge_meets_all"] == sum(r["sg_meets_all"] for r in rows)
+    assert sg["gauge_meets_all"] == fc["per_regime"]["overall"]["conditional_meets_all"]["meets"]
     from gpu_check.vllm.outcome import outcome_text
 
     text = outcome_text(out)
     assert f"forecast, overall: 4 passes; inside the 90 % interval: rate {covered}/4" in text
+    assert f"step gauge, overall: meets all {sg['step_gauge_meets_all']}/4" in text
 
 
 def test_the_forward_25_outcome_is_the_one_its_readme_states():
