@@ -1,0 +1,39 @@
+"""Each runner step's interval (``t_enter`` to the next step's), split by whether the step
+carries a prefill chunk: the median of each population and of all, per raw record.
+
+    python scripts/step_populations.py data/vllm/v0.24.0/raw/raw_align_s16_d0ms.json.gz ...
+
+docs/forward-prediction.md ("A step gauge, tried on forward-25's first half") quotes it for
+0.24.0 and 0.33.0, align and none, 16 sequences, 0 ms: the calibration's runs
+(``data/vllm/v<release>/``) against forward-25's first processes on the H100.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gpu_check.vllm.gauge import decode_only
+
+
+def populations(path: Path) -> dict[str, float | int]:
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    steps = [s for s in raw["steps"] if "req_ids" in s and "t_enter" in s and "num_computed" in s]
+    dec, pre = [], []
+    for a, b in zip(steps[1:], steps[2:], strict=False):
+        (dec if decode_only(a) else pre).append((b["t_enter"] - a["t_enter"]) / 1e6)
+    return {"decode_steps": len(dec), "decode_ms": float(np.median(dec)),
+            "prefill_steps": len(pre), "prefill_ms": float(np.median(pre)),
+            "all_ms": float(np.median(dec + pre))}  # fmt: skip
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        p = populations(Path(arg))
+        print(f"{arg}: decode-only {p['decode_steps']} steps, median {p['decode_ms']:.2f} ms; "
+              f"with a prefill chunk {p['prefill_steps']}, {p['prefill_ms']:.2f} ms; "
+              f"all {p['all_ms']:.2f} ms")  # fmt: skip
