@@ -147,6 +147,9 @@ def _commit() -> str:
 
 
 Arm = tuple[str, str, RunConfig]
+# The calibration a pre-registration was made on, frozen beside its predictions.json: a later
+# regeneration of CALIBRATION must not move the round's gauge-conditioned forecast (iv).
+FROZEN_CALIBRATION = "calibration.json"
 GridArm = tuple[str, str, RunConfig, int, str]  # + k and the run (vllm-run --out) it is in
 
 
@@ -185,6 +188,7 @@ def plan(
         "configs": configs,
     }
     write_once(out / "predictions.json", doc)
+    write_once(out / FROZEN_CALIBRATION, committed)  # what vllm-outcome's (iv) will run on
     return doc
 
 
@@ -201,14 +205,15 @@ def plan_dir(text: str) -> Path:
 
 
 def write_once(path: Path, doc: dict[str, Any]) -> None:
-    """A pre-registered prediction is never edited: ``predictions.json`` is written only where
-    none is (checked again at the moment of writing), signed as specrace's."""
+    """A pre-registration is never edited: ``predictions.json`` and the calibration it was
+    made on are written only where none is (checked again at the moment of writing), signed
+    as specrace's."""
     from sim.runs.outputs import check_path
 
     check_path(path.parent)
     if os.path.lexists(path):
         raise SpecraceError(
-            f"--out {path.parent} already holds a predictions.json: a pre-registered "
+            f"--out {path.parent} already holds a {path.name}: a pre-registered "
             "prediction is never overwritten; name a new folder"
         )
     write_json(path, doc, sign=True)

@@ -198,20 +198,29 @@ def outcome_with_forecast(prereg: Path, roots: list[Path], partial: bool = False
     the forecast, issue 44's on it (``outcome.json``'s ``forecast``)."""
     from gpu_check.vllm.outcome import outcome
 
-    return outcome(prereg, roots, partial, score=score_forecast)
+    return outcome(prereg, roots, partial, score=lambda j, p: score_forecast(j, p, prereg))
 
 
-def score_forecast(judged: list[Judged], preds: dict[str, Any]) -> dict[str, Any] | None:
-    """The forecast's judgement, on the passes whose prediction carries one; the calibration
-    the conditional forecast runs on is the committed one the predictions name."""
+def calibration_of(prereg: Path, preds: dict[str, Any]) -> Path:
+    """The calibration a round was made on: the copy ``vllm-plan`` froze beside its
+    ``predictions.json``, else (a round planned before it froze one) the file it names."""
+    from gpu_check.vllm.plan import CALIBRATION, FROZEN_CALIBRATION
+
+    frozen = prereg / FROZEN_CALIBRATION
+    return frozen if frozen.is_file() else Path(preds.get("calibration") or CALIBRATION)
+
+
+def score_forecast(judged: list[Judged], preds: dict[str, Any], prereg: Path
+                   ) -> dict[str, Any] | None:  # fmt: skip
+    """The forecast's judgement, on the passes whose prediction carries one; the conditional
+    forecast runs on the calibration the predictions were made on (:func:`calibration_of`)."""
     from gpu_check.vllm.forward import simulate_seed
-    from gpu_check.vllm.plan import CALIBRATION
     from sim.errors import SpecraceError
 
     mine = [j for j in judged if "forecast" in j[0]]
     if not mine:
         return None
-    path = Path(preds.get("calibration") or CALIBRATION)
+    path = calibration_of(prereg, preds)
     try:
         data = path.read_bytes()
         cal = json.loads(data)["calibration"]

@@ -255,9 +255,28 @@ def test_the_forward_25_outcome_is_the_one_its_readme_states():
 
     cal = REPO / doc["forecast"]["calibration"]  # the calibration that scored (iv), as it was
     assert doc["forecast"]["calibration_sha256"] == hashlib.sha256(cal.read_bytes()).hexdigest()
+    assert cal == REPO / PREREG / "forward-25" / "calibration.json"  # the frozen copy
     point = sum(r["meets_all"] for r in doc["results"])
     assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in section
     assert len(doc["results"]) + len(doc["not_run"]) == 48
     assert all(x.split("/")[0].endswith("-w2") for x in doc["not_run"])
     misses = [r for r in doc["forecast"]["passes_table"] if not r["cond_meets_all"]]
     assert "The ten misses" in section and len(misses) == 10
+
+
+def test_forward_25s_frozen_calibration_is_the_one_its_predictions_were_made_on():
+    """Planned before vllm-plan froze its calibration, forward-25 got its copy afterwards: the
+    file its predictions.json names, as it was at the predictions' commit (git history)."""
+    import subprocess
+
+    from sim.runs.signature import JSON_KEY, is_signed
+
+    folder = REPO / PREREG / "forward-25"
+    preds = json.loads((folder / "predictions.json").read_text())
+    frozen = json.loads((folder / "calibration.json").read_text())
+    assert is_signed(folder / "calibration.json")
+    then = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{preds['made_at_commit']}:{preds['calibration']}"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert {k: v for k, v in frozen.items() if k != JSON_KEY} == json.loads(then)

@@ -27,6 +27,13 @@ def test_plan_predicts_each_arm_and_the_patches_read_no_wrong_count(tmp_path, ca
         assert lo <= c["rate"] <= hi
         assert abs(sum(c["landing"].values()) - 1) < 1e-3
     assert "private-d2h" in capsys.readouterr().out
+    # the calibration it was made on, frozen beside it and signed (vllm-outcome's (iv) reads it)
+    from gpu_check.vllm.plan import CALIBRATION
+    from sim.runs.signature import JSON_KEY, is_signed
+
+    frozen = json.loads((out / "calibration.json").read_text())
+    assert is_signed(out / "calibration.json")
+    assert {k: v for k, v in frozen.items() if k != JSON_KEY} == json.loads(CALIBRATION.read_text())
 
 
 def test_plan_refuses_a_patch_without_align_in_one_line(tmp_path, capsys):
