@@ -82,7 +82,14 @@ def test_calibration_is_what_the_data_says(cal) -> None:
 
 @pytest.mark.parametrize(
     "run,name",
-    [("v0.24.0", "align_s16_d0ms"), ("v0.24.0", "align_s16_d20ms"), ("v0.24.0", "none_s16_d20ms")],
+    [
+        ("v0.24.0", "align_s16_d0ms"),
+        ("v0.24.0", "align_s16_d20ms"),
+        ("v0.24.0", "none_s16_d20ms"),
+        # a batch size 0.33.0 did not measure: its host slope is extrapolated (calibrate's
+        # group_timing), the row that went stale when the extrapolation was fixed
+        ("forward-24/v0.33.0-k1-s56", "none_s56_d4ms"),
+    ],
 )
 def test_forward_rows_reproduce_the_committed_table(configs, cal, committed, run, name) -> None:
     c = _pick(configs, run, name)
@@ -94,6 +101,7 @@ def test_forward_rows_reproduce_the_committed_table(configs, cal, committed, run
         & (committed["mode"] == mode)
         & (committed["max_num_seqs"] == c.max_num_seqs)
         & (committed["gpu_delay_ms"] == c.gpu_delay_us / 1000)
+        & (committed["rep"] == row["rep"])
     ]
     assert len(want) == 1, rest
     got = pd.DataFrame([row], columns=TABLE_COLUMNS)
