@@ -57,11 +57,9 @@ def scale_host(t: TimingParams, f: float) -> TimingParams:
     changes = {
         x.name: int(round(getattr(t, x.name) * f))
         for x in fields(t)
-        if x.name.startswith(HOST_PREFIXES) and x.name.endswith("_ns") and x.name not in NOT_HOST
+        # "_ns" anywhere: ..._ns_per_req, ..._ns_base, ..._ns_prefill are host durations too
+        if x.name.startswith(HOST_PREFIXES) and "_ns" in x.name and x.name not in NOT_HOST
     }
-    changes["engine_update_ns_per_req"] = int(round(t.engine_update_ns_per_req * f))
-    changes["engine_schedule_ns_per_req"] = int(round(t.engine_schedule_ns_per_req * f))
-    changes["worker_cached_loop_ns_per_req"] = int(round(t.worker_cached_loop_ns_per_req * f))
     return replace(t, **changes)
 
 
