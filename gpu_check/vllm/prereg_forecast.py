@@ -15,9 +15,10 @@ Per pass (one prediction, one exported run):
 - beside it, the forecast conditioned on the **step gauge** (``sg_*`` columns): the host
   factor at which sim's median step of the process's pure pass equals the step vLLM took
   there (:func:`step_matched_factor`). The ``sample_tokens`` gauge reads one host span; on
-  forward-25's first processes the other spans slowed more than it (docs/forward-prediction.md),
-  and a CPU-bound pass's step is every host span at once. Defined after those processes and
-  before the second ones ran, so those are its held-out test.
+  forward-25's first processes the whole step at 0 ms ran slower than it said
+  (docs/forward-prediction.md), and a CPU-bound pass's step is every host span at once.
+  Defined after those processes and before the second ones ran, so those are its held-out
+  test.
 
 Sharpness (ii) is reported two ways: against vLLM's spread around the median of a
 configuration's other passes (``own_spread``, as ``vllm-forward`` reports it), and, since a
