@@ -1,5 +1,7 @@
 """Each runner step's interval (``t_enter`` to the next step's), split by whether the step
-carries a prefill chunk: the median of each population and of all, per raw record.
+carries a prefill chunk: the median of each population and of all, per raw record; and the
+``sample_tokens`` host span the same way (decode-only: the pass's gauge,
+``gpu_check.vllm.gauge``; with a prefill chunk: its ratio to the gauge).
 
     python scripts/step_populations.py data/vllm/v0.24.0/raw/raw_align_s16_d0ms.json.gz ...
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_check.vllm.gauge import decode_only
+from gpu_check.vllm.gauge import decode_only, sample_spans_ns
 
 
 def populations(path: Path) -> dict[str, float | int]:
@@ -26,9 +28,13 @@ def populations(path: Path) -> dict[str, float | int]:
     dec, pre = [], []
     for a, b in zip(steps[1:], steps[2:], strict=False):
         (dec if decode_only(a) else pre).append((b["t_enter"] - a["t_enter"]) / 1e6)
+    gauge = float(np.median(sample_spans_ns(steps))) / 1e6  # decode-only steps, 2 on
+    prefill_span = [s["t_d2h_issued"] - s["t_read_end"] for s in steps[2:]
+                    if "t_d2h_issued" in s and not decode_only(s)]  # fmt: skip
     return {"decode_steps": len(dec), "decode_ms": float(np.median(dec)),
             "prefill_steps": len(pre), "prefill_ms": float(np.median(pre)),
-            "all_ms": float(np.median(dec + pre))}  # fmt: skip
+            "all_ms": float(np.median(dec + pre)), "gauge_ms": gauge,
+            "prefill_span_ms": float(np.median(prefill_span)) / 1e6}  # fmt: skip
 
 
 if __name__ == "__main__":
@@ -36,4 +42,6 @@ if __name__ == "__main__":
         p = populations(Path(arg))
         print(f"{arg}: decode-only {p['decode_steps']} steps, median {p['decode_ms']:.2f} ms; "
               f"with a prefill chunk {p['prefill_steps']}, {p['prefill_ms']:.2f} ms; "
-              f"all {p['all_ms']:.2f} ms")  # fmt: skip
+              f"all {p['all_ms']:.2f} ms; sample_tokens span: gauge {p['gauge_ms']:.2f} ms, "
+              f"with a prefill chunk {p['prefill_span_ms']:.2f} ms "
+              f"({p['prefill_span_ms'] / p['gauge_ms']:.2f} x)")  # fmt: skip

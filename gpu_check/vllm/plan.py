@@ -187,8 +187,9 @@ def plan(
         **({"runs": runs} if runs else {}),
         "configs": configs,
     }
-    write_once(out / "predictions.json", doc)
+    # the calibration first: a predictions.json on disk always has its calibration beside it
     write_once(out / FROZEN_CALIBRATION, committed)  # what vllm-outcome's (iv) will run on
+    write_once(out / "predictions.json", doc)
     return doc
 
 

@@ -38,3 +38,18 @@ def test_the_committed_evidence_is_what_the_command_computes() -> None:
     assert r["r_log_gauge_log_step_within"] > 0.8 and r["r_log_gauge_log_step_across"] > 0.7
     spread = committed["spread"]["pooled"]
     assert spread["min"] < 1 < spread["max"] and spread["passes"] >= 90
+
+
+def test_the_step_populations_script_reads_the_gauge_as_defined() -> None:
+    """scripts/step_populations.py (whose numbers docs/forward-prediction.md quotes) splits a
+    record's steps by prefill chunk; its gauge is the pass's host_gauge_ms, and its populations
+    cover the step intervals it has."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "step_populations.py"))
+    path = DATA / "v0.24.0" / "raw" / "raw_align_s16_d0ms.json.gz"
+    got = script["populations"](path)
+    assert round(got["gauge_ms"], 3) == host_gauge(load_raw(path))["host_gauge_ms"]
+    assert got["decode_steps"] > 50 and got["prefill_steps"] > 50
+    assert got["decode_ms"] < got["all_ms"] < got["prefill_ms"]
+    assert got["prefill_span_ms"] > got["gauge_ms"]

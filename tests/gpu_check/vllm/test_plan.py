@@ -108,3 +108,18 @@ def test_repeats_cannot_stack_on_arm_repeats():
     with pytest.raises(ValueError, match="--repeats and --arm-repeats"):
         with_repeats(plan, 2)
     assert with_repeats(plan, 1) is plan
+
+
+def test_plan_refuses_a_folder_holding_a_users_calibration_json(tmp_path, capsys):
+    """The frozen calibration's name is specrace's only inside a folder vllm-plan made: a
+    user's calibration.json there is never replaced (the folder must be new or empty)."""
+    out = tmp_path / "pre"
+    out.mkdir()
+    mine = out / "calibration.json"
+    mine.write_text("my own notes\n")
+    argv = ["vllm-plan", "--vllm", "0.24.0", "--modes", "align", "--configs", "16:0",
+            "--seeds", "1", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an empty folder" in err
+    assert mine.read_text() == "my own notes\n" and sorted(out.iterdir()) == [mine]
