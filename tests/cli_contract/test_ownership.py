@@ -26,6 +26,7 @@ trace; the inputs a writer reads are made once per process (:func:`inputs`).
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import os
@@ -49,6 +50,7 @@ VLLM = ROOT / "data" / "vllm"
 RAW = VLLM / "v0.24.0" / "raw" / "raw_align_s16_d15ms.json.gz"
 EXPORTED = VLLM / "v0.24.0" / "align_s16_d15ms"  # an exported run (vllm-figure's input)
 COMMITTED = VLLM / "v0.23.0"  # a committed vllm-run folder (kind vllm-run), 2.4 MB
+MRV2 = VLLM / "v0.33.0-mrv2"  # a committed MRv2 vllm-run folder, 128 kB
 PREREG = VLLM / "preregistered" / "ab-45100" / "predictions.json"
 SMALL = ["--scenario", "minimal-race", "--steps", "4"]
 RUN = ["run", *SMALL, "--policy", "align", "--no-trace"]
@@ -115,6 +117,17 @@ def _prereg(i: dict, case: Path) -> Path:
     return folder / "outcome.json"
 
 
+def mrv2_watch_run(out: Path) -> None:
+    """The committed MRv2 run folder as ``vllm-run --watch`` leaves it: its raw record carries
+    the plugin's stood-aside record, so ``vllm-export`` writes ``watch.json`` in its pass
+    folder (``export_v2``), the MRv2 path beside V1's."""
+    shutil.copytree(MRV2, out)
+    raw = out / "raw" / "raw_align_s16_d0ms.json.gz"
+    doc = json.loads(gzip.decompress(raw.read_bytes()))
+    doc["watch"] = {"state": "not-applicable", "armed": False, "v1_class_changed": []}
+    raw.write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+
+
 def _plan_folder(i: dict, case: Path) -> Path:
     (case / "o").mkdir()
     return case / "o" / "predictions.json"
@@ -161,6 +174,9 @@ WRITERS: dict[str, Writer] = {
     # folder mode: writes the exports and tables into the vllm-run folder it is given
     "vllm-export DIR": Writer("gpu_check", "vllm-export", lambda i, o: ["vllm-export", str(o)],
                               "into", kind="vllm-run"),
+    # the same on an MRv2 run recorded with --watch: export_v2 writes watch.json per pass
+    "vllm-export DIR MRv2": Writer("gpu_check", "vllm-export", lambda i, o: [
+        "vllm-export", str(o)], "into", kind="vllm-run"),
     "vllm-forward": Writer("gpu_check", "vllm-forward", lambda i, o: [
         "vllm-forward", str(VLLM), "--seeds", "1", "--out", str(o)], "into",
         kind="vllm-forward"),
@@ -268,6 +284,11 @@ def make_ours(w: Writer, i: dict, case: Path, out: Path) -> None:
     """A real output of ``w`` at ``out``, as a previous run left it."""
     if w.cuda:
         return fake_ours(out, w.kind)
+    if w is WRITERS["vllm-export DIR MRv2"]:  # exported once with its watch.json: ours
+        mrv2_watch_run(out)
+        code, err = run(w, i, case, out)
+        assert code == 0 and (out / "align_s16_d0ms" / "watch.json").is_file(), err
+        return
     if w.command == "vllm-export" and w.out == "into":
         shutil.copytree(COMMITTED, out)
         return
@@ -374,6 +395,7 @@ FILE_SHAPES = ["user-file", "matplotlib-png", "edited-ours", "folder-at-path", "
 # Cases a shape cannot be made for: (writer, shape) -> why.
 NOT_APPLICABLE = {
     ("vllm-export DIR", "data-copy"): "the copy of a committed run folder is its input",
+    ("vllm-export DIR MRv2", "data-copy"): "the copy of a committed run folder is its input",
 }  # fmt: skip
 # Cases that show data loss or a traceback in the product today: (writer, shape, force) -> why,
 # held as strict xfails. None today: the user's `mv o .o.20241205.old` and notes left inside a
@@ -485,7 +507,7 @@ def _quick_forward(monkeypatch) -> None:
 
 
 # -- a user's file added while the command runs ----------------------------------------------------
-DURING = [n for n, w in WRITERS.items() if not w.cuda and n != "vllm-export DIR"]
+DURING = [n for n, w in WRITERS.items() if not w.cuda and not n.startswith("vllm-export DIR")]
 
 
 @pytest.mark.parametrize("name", DURING)
@@ -539,3 +561,29 @@ def test_a_file_added_while_the_command_runs(name, inputs, tmp_path, monkeypatch
     assert ".new-" in err, err
     beside = [p for p in out.parent.iterdir() if ".new-" in p.name]
     assert len(beside) == 1 and str(beside[0]) in err, (err, beside)
+
+
+# -- MRv2's watch.json: written per pass, never over the user's ----------------------------------
+@pytest.mark.parametrize("theirs", ["edited", "their-own"])
+def test_a_users_watch_json_in_an_mrv2_pass_folder_is_kept(theirs, tmp_path) -> None:
+    """``watch.json`` sits in each pass folder, beside files of the committed export: ours where
+    our run wrote it (and replaced on a rerun), theirs once edited or where they put it first."""
+    out = tmp_path / "o"
+    mrv2_watch_run(out)
+    watch = out / "align_s16_d0ms" / "watch.json"
+    if theirs == "edited":
+        code, err = run_cli(["vllm-export", str(out)], gpu_main, tmp_path)
+        assert code == 0, err
+        ours = json.loads(watch.read_text())
+        assert ours["stood_aside"] and ours["equal"], ours
+        code, err = run_cli(["vllm-export", str(out)], gpu_main, tmp_path)  # ours: replaced
+        assert code == 0 and json.loads(watch.read_text()) == ours, err
+        watch.write_text(watch.read_text() + "\n")
+    else:
+        watch.write_text('{"mine": true}\n')
+    before = snapshot(out)
+    code, err = run_cli(["vllm-export", str(out)], gpu_main, tmp_path)
+    check(code, err, must_refuse=True, what=f"vllm-export MRv2 [{theirs} watch.json]")
+    assert "watch.json" in err, err
+    after = snapshot(out)
+    assert after[str(watch.relative_to(out))] == before[str(watch.relative_to(out))]
