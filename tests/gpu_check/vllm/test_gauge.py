@@ -53,3 +53,28 @@ def test_the_step_populations_script_reads_the_gauge_as_defined() -> None:
     assert got["decode_steps"] > 50 and got["prefill_steps"] > 50
     assert got["decode_ms"] < got["all_ms"] < got["prefill_ms"]
     assert got["prefill_span_ms"] > got["gauge_ms"]
+
+
+def test_the_pooled_calibration_is_each_windows_spans_scaled() -> None:
+    """scripts/calibration_windows.py (docs/forward-prediction.md, "A fit per window"): every
+    span the calibration fits, as a ratio to the gauge, sits within 5 % of the range of its
+    group's passes, whatever window each ran in; and the decode-only step is a steadier
+    multiple of the gauge than the median of all steps, #23's statistic, in every group."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "calibration_windows.py"))
+    groups = script["table"](DATA)
+    assert ("0.24.0", "align", 16, 3) in groups and len(groups) >= 4
+    for group, df in groups.items():
+        passes, pooled = df.iloc[:-1], df.iloc[-1]
+        for col in script["FITTED"]:
+            lo, hi = passes[col].min(), passes[col].max()
+            assert 0.95 * lo <= pooled[col] <= 1.05 * hi, (group, col, pooled[col], lo, hi)
+        spread = {c: passes[c].max() / passes[c].min() for c in ("decode_step", "step")}
+        assert spread["decode_step"] < spread["step"], (group, spread)
+    # one definition of a step's duration with scripts/step_populations.py
+    first = groups[("0.24.0", "align", 16, 3)].iloc[0]
+    pops = runpy.run_path(str(ROOT / "scripts" / "step_populations.py"))["populations"](
+        DATA / "v0.24.0" / "raw" / "raw_align_s16_d0ms.json.gz"
+    )
+    assert abs(first["decode_step"] * first["gauge_ms"] - pops["decode_ms"]) < 0.01
