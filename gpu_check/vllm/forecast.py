@@ -50,6 +50,12 @@ FACTOR_SEEDS = 5  # sim seeds at each host factor
 NOISE_DRAWS = 20  # model-error and count draws per sim sample
 MIN_RESIDUALS = 8  # fewer residuals in the regime: take every other group's
 PI = (0.05, 0.95)  # the 90 % predictive interval
+POPULATIONS = ("decode", "prefill")  # steps without and with a prefill chunk
+MIN_POPULATION_STEPS = 10  # an observed population judged per population: at least this many
+POPULATION_COLUMNS = (
+    "obs_step_decode_ms", "obs_step_prefill_ms", "obs_step_decode_steps", "obs_step_prefill_steps",
+    "cond_step_decode_ms", "cond_step_prefill_ms", "cond_pop_step_ok", "cond_meets_all_pop",
+)  # fmt: skip
 COND_SEEDS = 5  # seeds of the gauge-conditioned central forecast
 SPREAD_MIN_PASSES = 3  # a configuration's passes for vLLM's own pass-to-pass spread
 
@@ -129,8 +135,32 @@ def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds:
     return {
         "factor": f, "reads": reads, "wrong": wrong, "rate": wrong / reads if reads else 0.0,
         "step_ms": round(float(np.median([p["step_ns_median"] for p in per])) / 1e6, 3),
+        **{f"step_{pop}_ms": _median_ms([p.get(f"step_ns_median_{pop}") for p in per])
+           for pop in POPULATIONS},
         "landing": {k: round(sum(p[k] for p in per) / steps, 4) for k in LANDING},
     }  # fmt: skip
+
+
+def _median_ms(ns: list[float | None]) -> float | None:
+    xs = [x for x in ns if x is not None]
+    return round(float(np.median(xs)) / 1e6, 3) if xs else None
+
+
+def population_step_ok(cond: dict[str, Any], pops: dict[str, Any]) -> bool:
+    """The step part judged per population (proposed in docs/forward-prediction.md, not the
+    criterion): sim's median decode-only step and its median step with a prefill chunk each
+    within #23's 10 % of vLLM's (``gauge.step_populations``). A population with fewer than
+    :data:`MIN_POPULATION_STEPS` observed steps is not judged; one sim never ran fails."""
+    from gpu_check.vllm.outcome import STEP_REL
+
+    for pop in POPULATIONS:
+        obs, n = pops[f"{pop}_ms"], pops[f"{pop}_steps"]
+        if obs is None or not np.isfinite(obs) or n < MIN_POPULATION_STEPS:
+            continue
+        pred = cond.get(f"step_{pop}_ms")
+        if pred is None or not np.isfinite(pred) or abs(pred - obs) / obs > STEP_REL:
+            return False
+    return True
 
 
 # -- model error ------------------------------------------------------------------------------
@@ -323,6 +353,40 @@ def criterion(df: pd.DataFrame) -> dict[str, Any]:
             }  # fmt: skip
         per[name] = entry
     return per
+
+
+def population_columns(cond: dict[str, Any], pops: dict[str, Any] | None, v: dict[str, Any]
+                       ) -> dict[str, Any]:  # fmt: skip
+    """vLLM's and the conditional forecast's step per population, and #23's three parts with
+    the step judged that way (``forecast.population_step_ok``)."""
+    if pops is None:  # no raw record to split the observed steps by
+        return dict.fromkeys(POPULATION_COLUMNS)
+    ok = population_step_ok(cond, pops)
+    return {
+        **{f"obs_step_{p}_ms": _r3(pops[f"{p}_ms"]) for p in POPULATIONS},
+        **{f"obs_step_{p}_steps": pops[f"{p}_steps"] for p in POPULATIONS},
+        **{f"cond_step_{p}_ms": cond[f"step_{p}_ms"] for p in POPULATIONS},
+        "cond_pop_step_ok": ok, "cond_meets_all_pop": bool(v["rate_ok"] and v["landing_ok"] and ok),
+    }  # fmt: skip
+
+
+def _r3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def per_population_score(df: pd.DataFrame) -> dict[str, Any]:
+    """(iv) with #23's step part judged per population (``cond_meets_all_pop``), beside the
+    committed (iv), per regime and overall: a proposal measured, not the criterion."""
+    out: dict[str, Any] = {"what": "rate and landing as #23; the step part: sim's median "
+                           "decode-only step and its median step with a prefill chunk each "
+                           "within 10 % of vLLM's (population_step_ok)"}  # fmt: skip
+    for name in (*REGIMES, "overall"):
+        part = df if name == "overall" else df[df["regime"] == name]
+        n, k = len(part), int(part["cond_meets_all_pop"].sum())
+        out[name] = {"passes": n, "meets_all_per_population": k,
+                     "meets_all": int(part["cond_meets_all"].sum()),
+                     "fraction": _frac(k, n), "wilson95": _wilson(k, n)}  # fmt: skip
+    return out
 
 
 def unconditional(sched, sc, policy, model: dict[str, Any], group: str, n_reads: int, key: str,

@@ -33,6 +33,7 @@ from gpu_check.vllm.calibrate import (
 )
 from gpu_check.vllm.config import RunConfig, workload
 from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.forecast import POPULATION_COLUMNS
 from sim.errors import SpecraceError
 from sim.model.params import (
     EngineParams,
@@ -175,6 +176,7 @@ def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str,
     first = reads["prev_drafts"] == 0
     fwd = np.array([t.forward_start_ns for t in m.timing if t.forward_start_ns >= 0])
     return {
+        **step_populations_ns(sched, m),
         "reads": int(len(reads)),
         "wrong": int(wrong.sum()),
         "transitions": int(first.sum()),
@@ -183,6 +185,21 @@ def simulate_seed(sched: Schedule, sc: Scenario, policy, seed: int) -> dict[str,
         "step_ns": (fwd[-1] - fwd[0]) / (len(fwd) - 1),
         "step_ns_median": float(np.median(np.diff(fwd))),
         **landing_regime(sched, m),
+    }
+
+
+def step_populations_ns(sched: Schedule, m) -> dict[str, float | None]:
+    """Sim's step durations split as vLLM's (``gauge.step_populations``): from one forward's
+    start to the next, steps 1 on, by whether the step carries a prefill chunk; each
+    population's median (ns), None where it has no step."""
+    pops: dict[bool, list[int]] = {False: [], True: []}
+    for n in range(1, len(sched.steps) - 1):
+        a, b = m.timing[n].forward_start_ns, m.timing[n + 1].forward_start_ns
+        if a >= 0 and b >= 0:
+            pops[sched.steps[n].has_prefill].append(b - a)
+    return {
+        f"step_ns_median_{name}": float(np.median(pops[p])) if pops[p] else None
+        for name, p in (("decode", False), ("prefill", True))
     }
 
 
@@ -259,7 +276,7 @@ def forecast_parts(c: Measured, prepared: tuple, factors: list[float]) -> dict[s
     """One configuration's sim samples over host factors x seeds, its pass group, gauge and
     the central forecast given that gauge."""
     from gpu_check.vllm import forecast as fc
-    from gpu_check.vllm.gauge import host_gauge
+    from gpu_check.vllm.gauge import host_gauge, step_populations
     from gpu_check.vllm.outcome import observed
     from gpu_check.vllm.repeatability import pass_key
 
@@ -272,7 +289,7 @@ def forecast_parts(c: Measured, prepared: tuple, factors: list[float]) -> dict[s
     return {
         "group": group_name(c.group), "samples": samples, "obs": observed(c.folder),
         "pass_group": "p" + hashlib.sha256(pass_key(raw).encode()).hexdigest()[:12],
-        "gauge": gauge, "cond": cond,
+        "gauge": gauge, "cond": cond, "populations": step_populations(raw),
         "regime_predicted": fc.regime(float(np.median([s["entry"] for s in samples]))),
     }  # fmt: skip
 
@@ -284,6 +301,8 @@ FORECAST_COLUMNS = [
     "entry_covered", "residuals", "cond_factor", "cond_rate", "cond_step_ms", "cond_entry",
     "cond_between", "cond_after", "cond_waited", "cond_rate_ok", "cond_step_ok",
     "cond_landing_ok", "cond_meets_all",
+    # the step part per population (proposed, not the criterion: forecast.population_step_ok)
+    *POPULATION_COLUMNS,
 ]  # fmt: skip
 
 
@@ -323,6 +342,7 @@ def with_forecast(
             "cond_rate": _r(cond["rate"]), "cond_step_ms": cond["step_ms"],
             **{f"cond_{k}": cond["landing"][k] for k in LANDING},
             **{f"cond_{k}": v[k] for k in ("rate_ok", "step_ok", "landing_ok", "meets_all")},
+            **fc.population_columns(cond, p["populations"], v),
         })  # fmt: skip
     out = pd.concat([df, pd.DataFrame(extra, columns=FORECAST_COLUMNS)], axis=1)
     return out, table
@@ -454,6 +474,7 @@ def forecast_summary(df: pd.DataFrame, table: list[dict[str, Any]], factors: lis
         "conditional_seeds": fc.COND_SEEDS,
         "targets": fc.TARGETS,
         "per_regime": fc.criterion(df),
+        "per_population_step": fc.per_population_score(df),
         "model_error": table,
     }  # fmt: skip
 
@@ -496,6 +517,13 @@ def regime_markdown(rep: dict[str, Any]) -> str:
             f"| {sharp(e, 'rate')} | {sharp(e, 'step')} | {sharp(e, 'entry')} | {safe_s} "
             f"| {c4_s} |"
         )
+    pop = rep["forecast"].get("per_population_step")
+    if pop:  # the proposal, measured beside (iv): never instead of it
+        got = "; ".join(f"{name} {pop[name]['meets_all_per_population']}/{pop[name]['passes']}"
+                        for name in ("CPU-bound", "boundary", "GPU-bound", "overall"))  # fmt: skip
+        lines += ["", f"Conditional meets all with the step judged per population (proposed, "
+                  f"not the criterion: decode-only and prefill-chunk steps each within 10 %): "
+                  f"{got}."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

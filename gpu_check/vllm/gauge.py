@@ -66,3 +66,21 @@ def sample_tokens_ms(raw: dict[str, Any]) -> float:
     over its decode-only steps, ms (what :func:`host_gauge` reports where enough steps carry it)."""
     spans = sample_spans_ns([s for s in raw["steps"] if "req_ids" in s])
     return round(float(np.median(spans)) / 1e6, 3)
+
+
+def step_populations(raw: dict[str, Any]) -> dict[str, Any]:
+    """The pass's step durations split by whether the step carries a prefill chunk: a step
+    lasts from its ``t_enter`` to the next step's (steps 1 on). ``decode_ms`` / ``prefill_ms``:
+    each population's median (None where it has no step), with its count. #23 judges the
+    median of all steps, which on align falls at the edge of the prefill population
+    (docs/forward-prediction.md, "A fit per window")."""
+    steps = [s for s in raw.get("steps", []) if "req_ids" in s and "t_enter" in s
+             and "num_computed" in s]  # fmt: skip
+    dec: list[float] = []
+    pre: list[float] = []
+    for a, b in zip(steps[1:], steps[2:], strict=False):
+        (dec if decode_only(a) else pre).append((int(b["t_enter"]) - int(a["t_enter"])) / 1e6)
+    return {
+        "decode_ms": float(np.median(dec)) if dec else None, "decode_steps": len(dec),
+        "prefill_ms": float(np.median(pre)) if pre else None, "prefill_steps": len(pre),
+    }  # fmt: skip

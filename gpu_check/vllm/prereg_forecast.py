@@ -144,6 +144,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
             "cond_step_ok": v["step_ok"], "cond_landing_ok": v["landing_ok"],
             "rate_observed": observed["rate"], "step_ms_observed": observed["step"],
             "entry_observed": observed["entry"], **step_gauge,
+            **fc.population_columns(cond, observed_populations(folder), v),
         }  # fmt: skip
         for part in fc.PARTS:
             lo, hi = f[f"{part}_pi90"]
@@ -172,8 +173,19 @@ def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -
         },
         "gauge_from": {k: int(n) for k, n in df["gauge_from"].value_counts().items()},
         "step_gauge": step_gauge_score(df),
+        "per_population_step": fc.per_population_score(df[df["cond_meets_all_pop"].notna()]),
         "passes_table": df.round(6).to_dict("records"),
     }
+
+
+def observed_populations(folder: Path) -> dict[str, Any] | None:
+    """vLLM's steps of the pass exported at ``folder`` split by prefill chunk
+    (``gauge.step_populations``), from its raw record beside the exports; None without one."""
+    from gpu_check.vllm.export import load_raw
+    from gpu_check.vllm.gauge import step_populations
+
+    raw = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+    return step_populations(load_raw(raw)) if raw.is_file() else None
 
 
 def step_gauge_score(df: pd.DataFrame) -> dict[str, Any]:

@@ -252,3 +252,52 @@ def test_the_window_evidence_in_forward_prediction_md_is_the_committed_gauge_tab
     between = window_spread(host, "step_ms")["other_runs"]["width90"]
     assert between / cpu["vllm_spread_width"] > 1.25
     assert f"{between:.3f} = {between / cpu['vllm_spread_width']:.2f} x" in doc
+
+
+# -- the step part per population (a proposal measured beside (iv)) ----------------------------
+def _pops(decode=20.0, prefill=30.0, n_decode=50, n_prefill=50) -> dict:
+    return {"decode_ms": decode, "decode_steps": n_decode, "prefill_ms": prefill,
+            "prefill_steps": n_prefill}  # fmt: skip
+
+
+def test_each_population_must_be_within_ten_percent() -> None:
+    ok = {"step_decode_ms": 21.9, "step_prefill_ms": 27.1}  # 9.5 % and 9.7 %
+    assert fc.population_step_ok(ok, _pops())
+    assert not fc.population_step_ok({**ok, "step_prefill_ms": 26.9}, _pops())  # 10.3 % short
+    assert not fc.population_step_ok({**ok, "step_decode_ms": 22.1}, _pops())
+    # a population vLLM barely ran is not judged; one sim never ran, where vLLM did, fails
+    assert fc.population_step_ok({**ok, "step_prefill_ms": 10.0}, _pops(n_prefill=9))
+    assert not fc.population_step_ok({**ok, "step_prefill_ms": None}, _pops())
+    assert not fc.population_step_ok({**ok, "step_prefill_ms": float("nan")}, _pops())  # a CSV's
+    assert fc.population_step_ok({**ok, "step_prefill_ms": None}, _pops(prefill=None, n_prefill=0))
+
+
+def test_the_per_population_score_counts_by_regime() -> None:
+    df = pd.DataFrame({
+        "regime": ["CPU-bound"] * 3 + ["boundary"] * 2,
+        "cond_meets_all": [True, False, False, False, True],
+        "cond_meets_all_pop": [True, True, False, False, True],
+    })  # fmt: skip
+    got = fc.per_population_score(df)
+    assert got["CPU-bound"]["meets_all_per_population"] == 2 and got["CPU-bound"]["meets_all"] == 1
+    assert got["boundary"]["meets_all_per_population"] == 1 and got["GPU-bound"]["passes"] == 0
+    assert got["overall"] | {"wilson95": None} == {
+        "passes": 5, "meets_all_per_population": 3, "meets_all": 2, "fraction": 0.6,
+        "wilson95": None}  # fmt: skip
+
+
+def test_sims_step_populations_split_every_step_it_ran(boundary_config) -> None:
+    """forward.step_populations_ns splits sim's forward-to-forward intervals by the step's
+    prefill chunk; together they are the intervals the step median is taken over."""
+    from gpu_check.vllm.forward import step_populations_ns
+    from sim.model.simulate import simulate
+
+    _raw, sc, sched, policy = boundary_config
+    m = simulate(sched, sc.timing, policy, 0, trace=True)
+    got = step_populations_ns(sched, m)
+    fwd = [t.forward_start_ns for t in m.timing]
+    dec = [b - a for n, (a, b) in enumerate(zip(fwd[1:-1], fwd[2:], strict=True), 1)
+           if a >= 0 and b >= 0 and not sched.steps[n].has_prefill]  # fmt: skip
+    assert got["step_ns_median_decode"] == float(np.median(dec)) and len(dec) > 20
+    assert got["step_ns_median_prefill"] is not None
+    assert got["step_ns_median_decode"] < got["step_ns_median_prefill"]

@@ -285,13 +285,24 @@ def test_the_committed_forecast_criterion_is_its_tables(committed) -> None:
                "rate_ci95": [r["rate_observed_lo"], r["rate_observed_hi"]],
                "step_ms": r["step_ms_observed"],
                "landing": {k: r[f"{k}_observed"] for k in LANDING}}  # fmt: skip
-        assert judge(pred, obs)["meets_all"] == r["cond_meets_all"], r["run"]
+        v = judge(pred, obs)
+        assert v["meets_all"] == r["cond_meets_all"], r["run"]
+        # the per-population step part (proposed) is its observed and predicted populations'
+        pops = {f"{q}_ms": None if pd.isna(r[f"obs_step_{q}_ms"]) else r[f"obs_step_{q}_ms"]
+                for q in fc.POPULATIONS}  # fmt: skip
+        pops |= {f"{q}_steps": r[f"obs_step_{q}_steps"] for q in fc.POPULATIONS}
+        cond = {f"step_{q}_ms": r[f"cond_step_{q}_ms"] for q in fc.POPULATIONS}
+        assert fc.population_step_ok(cond, pops) == r["cond_pop_step_ok"], r["run"]
+        assert r["cond_meets_all_pop"] == (v["rate_ok"] and v["landing_ok"]
+                                           and r["cond_pop_step_ok"])  # fmt: skip
         for p in ("rate", "step", "entry"):
             assert r[f"{p}_pi_lo"] <= r[f"{p}_central"] <= r[f"{p}_pi_hi"]
     assert len(summary["host"]["factors"]) == fc.HOST_POINTS
     assert summary["host"]["factors"] == sorted(summary["host"]["factors"])
     assert len(summary["model_error"]) == len(committed)
     assert (FORWARD / "forecast.png").stat().st_size > 10_000
+    pop = json.loads(json.dumps(fc.per_population_score(committed)))
+    assert pop == summary["per_population_step"]
 
 
 def test_a_release_with_one_concurrency_borrows_the_nearest_releases_slope(cal) -> None:

@@ -78,3 +78,17 @@ def test_the_pooled_calibration_is_each_windows_spans_scaled() -> None:
         DATA / "v0.24.0" / "raw" / "raw_align_s16_d0ms.json.gz"
     )
     assert abs(first["decode_step"] * first["gauge_ms"] - pops["decode_ms"]) < 0.01
+
+
+def test_a_steps_duration_is_its_own_entry_to_the_next_split_by_its_prefill_chunk() -> None:
+    from gpu_check.vllm.gauge import step_populations
+
+    def step(t_enter, prefill):
+        return {"req_ids": ["a"], "t_enter": t_enter, "num_computed": [0 if prefill else 9],
+                "num_prompt": [5]}  # fmt: skip
+
+    raw = {"steps": [step(0, True), step(10e6, True), step(30e6, False), step(35e6, True),
+                     step(60e6, False), step(64e6, False)]}  # fmt: skip
+    got = step_populations(raw)  # step 0 is left out, as the calibration leaves it
+    assert got == {"decode_ms": 4.5, "decode_steps": 2, "prefill_ms": 22.5, "prefill_steps": 2}
+    assert step_populations({"steps": []})["decode_ms"] is None
