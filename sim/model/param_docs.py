@@ -178,6 +178,10 @@ DOCS: dict[str, ParamDoc] = {
                                                        "files measure two (docs/timing.md §7)")),
     "timing.worker_rpc_dispatch_ns": _P("ns", "RPC dispatch to execute_model",
                                         prior("tens of µs of Python dispatch")),
+    "timing.worker_rpc_dispatch_ns_per_req": _P("ns/request", "more of that dispatch gap per "
+                                                "request of the step",
+                                                prior("0: one constant; vllm-forward's timing "
+                                                      "files fit ~45-55 µs from the records")),
     "timing.worker_remove_ns": _P("ns", "one remove_request",
                                   prior("10-50 µs per row op, docs/timing.md §4; "
                                         "--timing vllm-0.24.0-row-ops measures 6,593")),

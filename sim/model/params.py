@@ -215,6 +215,9 @@ class TimingParams:
     # mode launches the GDN prefill path's kernels: vLLM's records show two modes).
     worker_sample_tokens_ns_prefill: int = 0
     worker_rpc_dispatch_ns: int = 30_000
+    # More of that gap per request of the step: in vLLM's records the span from the counts'
+    # D2H to the next _update_states (drafter launch, engine core, IPC) grows ~50 us/request.
+    worker_rpc_dispatch_ns_per_req: int = 0
     worker_remove_ns: int = 20_000
     worker_cached_loop_ns_per_req: int = 6_000
     worker_add_ns: int = 30_000

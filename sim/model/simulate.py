@@ -205,7 +205,8 @@ class Model:
             t0 = env.now
             yield self.sched_arrival[step]
             self.log("worker_cpu", "wait_scheduler_output", step, start=t0)
-            yield env.timeout(j(step, W.RPC_DISPATCH, t.worker_rpc_dispatch_ns))
+            rpc_ns = t.worker_rpc_dispatch_ns + t.worker_rpc_dispatch_ns_per_req * rec.num_reqs
+            yield env.timeout(j(step, W.RPC_DISPATCH, rpc_ns))
             t0 = env.now
             yield self.prepare_inputs_event.synchronize()
             self.log("worker_cpu", "synchronize_input_prep", step, start=t0)

@@ -190,7 +190,7 @@ def simulate_points(
         prev_rec = recent[-2] if n > 0 else None
         ue, uw, ug = run.uniforms(n, rec)
         arrival = run.engine_core(n, rec, recent[0], ue)
-        wait = run.execute_model_start(n, arrival, uw)
+        wait = run.execute_model_start(n, rec, arrival, uw)
         writes, op_times = run.update_states(n, rec, prev_rec, uw, keep_timing)
         read, wait = run.prepare_inputs(n, rec, prev_rec, uw, wait, writes, acc)
         fwd_start, fwd_end = run.launch(n, rec, uw, ug)
@@ -322,13 +322,14 @@ class _Recurrence:
         self.sim_end = mx(self.sim_end, arrival)
         return arrival
 
-    def execute_model_start(self, n: int, arrival: Any, uw: list[float]) -> Any:
+    def execute_model_start(self, n: int, rec: StepRecord, arrival: Any, uw: list[float]) -> Any:
         """The worker's ``execute_model`` up to ``_update_states``: the RPC of the scheduler
         output, ``synchronize_input_prep`` (step N-1's prepare_inputs_event), a host stall,
         and a policy that waits before the row moves waiting on step N-1's counts event.
         Returns that wait (0 for a policy without it)."""
         m, mx, wj, scalar = self.m, self.mx, self.wj, self.scalar
-        w = mx(self.w, arrival) + wj(m.worker_rpc_dispatch_ns, uw[WorkerSlot.RPC_DISPATCH])
+        rpc_ns = m.worker_rpc_dispatch_ns + m.worker_rpc_dispatch_ns_per_req * rec.num_reqs
+        w = mx(self.w, arrival) + wj(rpc_ns, uw[WorkerSlot.RPC_DISPATCH])
         if n > 0:
             w = mx(w, self.prep_end_prev)
         stall_p = m.worker_stall_prob
