@@ -188,12 +188,14 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
     measured = timing_file_values(["h200"]).items()
     h200 = {k.split(".", 1)[1]: int(v) for k, v in measured}
     prior = TimingParams()
+    rpc_req = _rpc_per_req(configs, spans)
     groups: dict[str, Any] = {}
     for group in sorted({c.group for c in configs}):
         base = [c for c in configs if c.group == group and c.gpu_delay_us == 0]
         if base:
             slow = phases[group[0]]["timing"]["worker_slow_factor"]
-            groups[group_name(group)] = _host(base, raws, spans, h200, prior, slow)
+            per_req = rpc_req[group[0]]["ns_per_req"]
+            groups[group_name(group)] = _host(base, raws, spans, h200, prior, slow, per_req)
             groups[group_name(group)]["timing"].update(phases[group[0]]["timing"])
     gpu = _gpu_line(configs, spans, prior, groups)
     rpc_k = _rpc_per_k(configs, spans)
@@ -202,7 +204,8 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
         g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
         g["timing"]["gpu_jitter_frac"] = gpu["gpu_jitter_frac"]
         g["timing"] = dict(sorted(g["timing"].items()))
-    return {"gpu": gpu, "host_phases": phases, "rpc_per_k": rpc_k, "groups": groups}
+    return {"gpu": gpu, "host_phases": phases, "rpc_per_k": rpc_k, "rpc_per_req": rpc_req,
+            "groups": groups}  # fmt: skip
 
 
 def _rpc_per_k(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> dict[str, Any]:
@@ -250,6 +253,32 @@ def _rpc_per_k(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> dict
             beta, source = 0.0, "no pass at another k: rpc left as at k = 3"
         out[vllm] = {"ratio_rpc_over_sample_by_k": by_k, "passes": len(pts),
                      "beta": round(beta, 4), "from": source}  # fmt: skip
+    return out
+
+
+def _rpc_per_req(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> dict[str, Any]:
+    """How the gap from the counts' D2H to the next ``_update_states`` (drafter launch, engine
+    core, IPC) grows with the step's requests: per release, one least-squares slope in
+    ``num_reqs`` pooled within its groups (each group's steps centred on their own means, so
+    groups of other speeds and batch sizes share the slope, not the level), over the steps of
+    its 0 ms passes landed at entry outside the slow phases. In ns per request, >= 0."""
+    per: dict[str, list[pd.DataFrame]] = {}
+    for group in sorted({c.group for c in configs}):
+        base = [spans[c.folder] for c in configs if c.group == group and c.gpu_delay_us == 0]
+        if not base:
+            continue
+        t = pd.concat(base, ignore_index=True)
+        t = t[t["entry"] & ~(t["host_factor"] > SLOW_FACTOR)]
+        x = t["num_reqs"].to_numpy(np.float64)
+        y = t["d2h_to_update_ns"].to_numpy(np.float64)
+        per.setdefault(group[0], []).append(pd.DataFrame({"x": x - x.mean(), "y": y - y.mean()}))
+    out: dict[str, Any] = {}
+    for vllm, parts in sorted(per.items()):
+        d = pd.concat(parts, ignore_index=True)
+        sxx = float((d["x"] ** 2).sum())
+        slope = float((d["x"] * d["y"]).sum()) / sxx if sxx > 0 else 0.0
+        out[vllm] = {"ns_per_req": max(int(round(slope)), 0), "steps": len(d),
+                     "groups": len(parts)}  # fmt: skip
     return out
 
 
@@ -387,6 +416,7 @@ def _host(
     h200: dict[str, int],
     prior: TimingParams,
     slow_factor: float = 1.0,
+    rpc_per_req: int = 0,
 ) -> dict[str, Any]:
     ops: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
     for c in base:
@@ -425,7 +455,11 @@ def _host(
         "worker_launch_ns": max(launch, 0),
         "worker_sample_tokens_ns": decode,
         "worker_sample_tokens_ns_prefill": prefill_extra,
-        "worker_rpc_dispatch_ns": _median(calm["d2h_to_update_ns"]),
+        # the release's slope in the step's requests (_rpc_per_req), the level this group's
+        "worker_rpc_dispatch_ns": _median(
+            calm["d2h_to_update_ns"] - rpc_per_req * calm["num_reqs"]
+        ),
+        "worker_rpc_dispatch_ns_per_req": rpc_per_req,
         "jitter_frac": round(min(float(np.median(jitter)), 0.9), 4),
         "worker_stall_prob": round(float(np.median(stall_prob)), 4),
         "worker_stall_ns": _median(stall_ns),
@@ -478,7 +512,8 @@ def group_timing(
         factor = 1.0 + beta * (k - 3)
         if factor <= 0:
             raise SpecraceError(f"{name}: the drafter's line in k gives no time at k = {k}")
-        out["worker_rpc_dispatch_ns"] = int(round(out["worker_rpc_dispatch_ns"] * factor))
+        for key in ("worker_rpc_dispatch_ns", "worker_rpc_dispatch_ns_per_req"):
+            out[key] = int(round(out.get(key, 0) * factor))
     return out
 
 
@@ -545,8 +580,12 @@ SOURCES = {
     ),
     "worker_sample_tokens_ns_prefill": "the same on steps with a prefill chunk, less that",
     "worker_rpc_dispatch_ns": (
-        "median(counts D2H issued -> next _update_states) (steps landed at entry): "
-        "drafter launch + engine core, one thread"
+        "median(counts D2H issued -> next _update_states - worker_rpc_dispatch_ns_per_req x "
+        "num_reqs) (steps landed at entry): drafter launch + engine core, one thread"
+    ),
+    "worker_rpc_dispatch_ns_per_req": (
+        "the release's least-squares slope of that span in num_reqs, pooled within its groups "
+        "(each centred on its means), steps landed at entry outside the slow phases"
     ),
     "jitter_frac": "(p90 - p10) / (1.6 median) of that span, full decode-only steps",
     "gpu_jitter_frac": "the same of the step interval, tightest GPU-bound align run",

@@ -223,6 +223,29 @@ def test_the_strict_verdicts_are_outcomes_criterion(committed) -> None:
     assert (FORWARD / "forward.png").stat().st_size > 10_000
 
 
+def test_the_dispatch_gap_grows_with_the_steps_requests(cal) -> None:
+    """The span from the counts' D2H to the next _update_states grows with the step's
+    requests (docs/forward-prediction.md, "The step judged per population"): each release's
+    slope is fitted pooled within its groups, and each group's level is the span less it."""
+    from gpu_check.vllm.calibrate import find_configs, step_spans
+    from gpu_check.vllm.export import load_raw
+
+    slopes = {v: r["ns_per_req"] for v, r in cal["rpc_per_req"].items()}
+    assert set(slopes) == {"0.23.0", "0.24.0", "0.33.0"}
+    assert all(30_000 < s < 80_000 for s in slopes.values()), slopes
+    c = next(c for c in find_configs(DATA) if c.run.endswith("v0.33.0-k1-s56")
+             and c.folder.name == "align_s56_d0ms")  # fmt: skip
+    t = step_spans(load_raw(c.raw_path))
+    t = t[t["entry"]]
+    few, many = t[t["num_reqs"] <= 8], t[t["num_reqs"] > 48]
+    grew = many["d2h_to_update_ns"].median() - few["d2h_to_update_ns"].median()
+    span = many["num_reqs"].median() - few["num_reqs"].median()
+    assert 0.6 < grew / span / slopes["0.33.0"] < 1.6  # the pooled slope is this pass's
+    timing = cal["groups"]["0.33.0-align-s56-k1"]["timing"]
+    level = float((t["d2h_to_update_ns"] - slopes["0.33.0"] * t["num_reqs"]).median())
+    assert abs(timing["worker_rpc_dispatch_ns"] - level) < 0.25 * level
+
+
 def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
     """The ratio rpc / sample_tokens per delay-0 pass rises with k (0.24.0 measured k = 1, 2,
     3); a k no group measured scales the k = 3 timing's rpc by the release's line, and a
@@ -236,10 +259,12 @@ def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
     assert cal["rpc_per_k"]["0.23.0"]["from"] == "pooled releases"  # k = 3 only
     k3 = group_timing(cal, "0.24.0", "align", 48, 3)  # 48 seqs: no group, interpolated
     k2 = group_timing(cal, "0.24.0", "align", 48, 2)
-    want = round(k3["worker_rpc_dispatch_ns"] * (1 - per["beta"]))
-    assert abs(k2["worker_rpc_dispatch_ns"] - want) <= 1
-    assert {k: v for k, v in k2.items() if k != "worker_rpc_dispatch_ns"} == {
-        k: v for k, v in k3.items() if k != "worker_rpc_dispatch_ns"
+    rpc = ("worker_rpc_dispatch_ns", "worker_rpc_dispatch_ns_per_req")  # the level and slope
+    for key in rpc:
+        assert abs(k2[key] - round(k3[key] * (1 - per["beta"]))) <= 1, key
+    assert k3["worker_rpc_dispatch_ns_per_req"] == cal["rpc_per_req"]["0.24.0"]["ns_per_req"] > 0
+    assert {k: v for k, v in k2.items() if k not in rpc} == {
+        k: v for k, v in k3.items() if k not in rpc
     }
     own = cal["groups"]["0.24.0-align-s24-k1"]["timing"]
     assert group_timing(cal, "0.24.0", "align", 24, 1) == own
