@@ -156,3 +156,17 @@ def test_on_mrv2_the_plugin_stands_aside_in_a_live_process(tmp_path, monkeypatch
     assert not any(k in os.environ for k in pb.PLUGIN_ENV) and plugin._loaded == {}
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")  # the V1 runner: it installs
     assert stood_aside(runner, tmp_path / "w")["v1_class_changed"] != []
+
+
+def test_the_committed_watch_tables_are_what_the_export_writes(tmp_path) -> None:
+    """Each committed plugin run's watch.csv is its watch.json files as ``vllm-export DIR``
+    tabulates them now (a table left from an older export failed this: no runner column)."""
+    from repo_root import ROOT
+
+    from gpu_check.store import write_csv
+
+    runs = sorted(p.parent for p in (ROOT / "data" / "vllm" / "plugin").glob("*/watch.csv"))
+    assert len(runs) >= 5
+    for run in runs:
+        got = write_csv(rows(run), tmp_path / f"{run.name}.csv").read_bytes()
+        assert got == (run / "watch.csv").read_bytes(), run.name
