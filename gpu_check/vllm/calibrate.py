@@ -455,7 +455,7 @@ def _host(
         "worker_launch_ns": max(launch, 0),
         "worker_sample_tokens_ns": decode,
         "worker_sample_tokens_ns_prefill": prefill_extra,
-        # the release's slope in the step's requests (_rpc_per_req), the level this group's
+        # the level: this group's span less the release's slope (_rpc_per_req) per request
         "worker_rpc_dispatch_ns": _median(
             calm["d2h_to_update_ns"] - rpc_per_req * calm["num_reqs"]
         ),
