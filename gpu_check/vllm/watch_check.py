@@ -171,6 +171,7 @@ def text(rep: dict[str, Any]) -> str:
 ROW_KEYS = ("vllm_version", "config", "mode", "patch", "armed", "reads_observed", "reads_watched",
             "steps_watched", "steps_skipped", "wrong_observed", "wrong_watched", "wrong_both",
             "equal", "runner", "state")  # fmt: skip
+ROW_DEFAULTS = {"patch": "none", "runner": "v1"}  # a watch.json written before the key was
 
 
 def rows(root: Path) -> list[dict[str, Any]]:
@@ -179,8 +180,8 @@ def rows(root: Path) -> list[dict[str, Any]]:
     out = []
     for path in sorted([*root.glob("*/watch.json"), *root.glob("*/*/watch.json")]):
         rep = json.loads(path.read_text())
-        row = {k: rep.get(k, "none" if k == "patch" else "") for k in ROW_KEYS}
-        out.append({"run": path.parent.parent.name} | row | {"runner": rep.get("runner", "v1")})
+        row = {k: rep.get(k, ROW_DEFAULTS.get(k, "")) for k in ROW_KEYS}
+        out.append({"run": path.parent.parent.name} | row)
     return out
 
 
