@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_check.vllm.export import load_raw, prepared_steps
+from gpu_check.vllm.export import load_raw, prepared_steps, raw_record_of
 from sim.errors import SpecraceError
 from sim.model.params import (
     TimingParams,
@@ -93,7 +93,7 @@ def find_configs(root: Path) -> list[Measured]:
         if devices[run_dir] not in (CALIBRATION_DEVICE, None):
             continue
         run = str(exp.parent.parent.relative_to(root))
-        raw = exp.parent.parent / "raw" / f"raw_{exp.parent.name}.json.gz"
+        raw = raw_record_of(exp.parent)
         if not raw.is_file():
             raise SpecraceError(f"{raw}: raw record missing for {exp.parent}")
         out.append(

@@ -85,6 +85,12 @@ def load_raw(path: Path) -> dict[str, Any]:
     return raw
 
 
+def raw_record_of(folder: Path) -> Path:
+    """Where ``vllm-run`` put the raw record of the pass exported at ``folder``
+    (``<run>/<mode>_<config>/``): ``<run>/raw/raw_<mode>_<config>.json.gz``."""
+    return folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+
+
 def run_summary_of(raw_path: Path) -> dict[str, Any] | None:
     """The ``summary.json`` vllm-run wrote beside a raw record (its folder or the one above)."""
     near = [raw_path.parent / "summary.json", raw_path.parent.parent / "summary.json"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpu_check.vllm.export import load_raw, prepared_steps
+from gpu_check.vllm.export import load_raw, prepared_steps, raw_record_of
 from sim.errors import SpecraceError
 from sim.runs.inputs import regular_file
 
@@ -147,7 +147,7 @@ def figure_for_run(folder: Path, out: Path, step: int | None = None, req: str | 
     ``../raw/``; writes ``out`` (.png) atomically."""
     from sim.runs.io import atomic_write
 
-    raw_path = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+    raw_path = raw_record_of(folder)
     if not raw_path.exists():
         raw_path = raw_path.with_suffix("")
     if not raw_path.exists():

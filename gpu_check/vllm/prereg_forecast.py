@@ -181,10 +181,10 @@ def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -
 def observed_populations(folder: Path) -> dict[str, Any] | None:
     """vLLM's steps of the pass exported at ``folder`` split by prefill chunk
     (``gauge.step_populations``), from its raw record beside the exports; None without one."""
-    from gpu_check.vllm.export import load_raw
+    from gpu_check.vllm.export import load_raw, raw_record_of
     from gpu_check.vllm.gauge import step_populations
 
-    raw = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+    raw = raw_record_of(folder)
     return step_populations(load_raw(raw)) if raw.is_file() else None
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.vllm.config import run_config_of
-from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.export import load_raw, raw_record_of
 from gpu_check.vllm.forecast import REGIMES, regime
 from gpu_check.vllm.gauge import sample_tokens_ms
 from gpu_check.vllm.outcome import LANDING, judge, observed
@@ -85,7 +85,7 @@ def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
             raise SpecraceError(f"{root}: not a folder of exported vLLM runs")
         for exp in sorted(root.glob("**/export.json")):
             folder = exp.parent
-            raw_path = folder.parent / "raw" / f"raw_{folder.name}.json.gz"
+            raw_path = raw_record_of(folder)
             if not (folder / "steps_vllm.parquet").is_file() or not raw_path.is_file():
                 continue  # an MRv2 export (no row ops) or one without its raw record
             raw = load_raw(raw_path)
