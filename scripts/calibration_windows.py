@@ -30,18 +30,18 @@ import pandas as pd
 
 from gpu_check.vllm.calibrate import find_configs, step_spans
 from gpu_check.vllm.export import load_raw
+from gpu_check.vllm.gauge import step_populations
 
 FITTED = ("prefill_span", "prepare", "rpc", "update")  # ratios of spans the calibration fits
-STEPS = ("decode_step", "prefill_step", "step")  # the model's outputs, not fitted
 
 
-def ratios(t: pd.DataFrame, run: str) -> dict[str, float | str]:
+def ratios(t: pd.DataFrame, run: str, pops: dict | None) -> dict[str, float | str]:
+    """``t``: step_spans of the passes; ``pops``: gauge.step_populations of the pass (None for
+    the pooled fit: the calibration fits no step interval)."""
     calm = t[t["entry"]]
     gauge = float(calm.loc[~calm["prefill"], "launch_to_d2h_ns"].median())
     rest = t["update_states_ns"] - t["ops_ns"]
-    # a step lasts from its t_enter to the next step's (step_spans' interval_ns is the one
-    # before it), split by its own prefill chunk as scripts/step_populations.py does
-    own = t["interval_ns"].shift(-1)
+    steps = {"decode_step": "decode_ms", "prefill_step": "prefill_ms", "step": "all_ms"}
     return {
         "run": run,
         "gauge_ms": round(gauge / 1e6, 3),
@@ -49,9 +49,7 @@ def ratios(t: pd.DataFrame, run: str) -> dict[str, float | str]:
         "prepare": float(calm["prepare_inputs_ns"].median()) / gauge,
         "rpc": float(calm["d2h_to_update_ns"].median()) / gauge,
         "update": float(rest.median()) / gauge,
-        "decode_step": float(own[~t["prefill"]].median()) / gauge,
-        "prefill_step": float(own[t["prefill"]].median()) / gauge,
-        "step": float(own.median()) / gauge,
+        **{k: pops[v] * 1e6 / gauge if pops else float("nan") for k, v in steps.items()},
     }
 
 
@@ -64,12 +62,13 @@ def table(root: Path) -> dict[tuple, pd.DataFrame]:
     for group, base in sorted(groups.items()):
         if len(base) < 2:
             continue
-        spans = [step_spans(load_raw(c.raw_path)) for c in base]
-        rows = [ratios(t, f"{c.run}/{c.folder.name}") for c, t in zip(base, spans, strict=True)]
-        pooled = ratios(pd.concat(spans, ignore_index=True), "pooled (the calibration)")
+        raws = [load_raw(c.raw_path) for c in base]
+        spans = [step_spans(raw) for raw in raws]
+        rows = [ratios(t, f"{c.run}/{c.folder.name}", step_populations(raw))
+                for c, t, raw in zip(base, spans, raws, strict=True)]  # fmt: skip
         # a pooled median of intervals mixes the windows otherwise than the entry-landed spans:
         # the calibration fits no interval, so none is shown for it
-        rows.append({**pooled, **dict.fromkeys(STEPS, float("nan"))})
+        rows.append(ratios(pd.concat(spans, ignore_index=True), "pooled (the calibration)", None))
         out[group] = pd.DataFrame(rows)
     return out
 

@@ -26,13 +26,10 @@ def populations(path: Path) -> dict[str, float | int]:
     raw = json.loads(gzip.decompress(path.read_bytes()))
     steps = [s for s in raw["steps"] if "req_ids" in s and "t_enter" in s and "num_computed" in s]
     pops = step_populations(raw)
-    every = [
-        (b["t_enter"] - a["t_enter"]) / 1e6 for a, b in zip(steps[1:], steps[2:], strict=False)
-    ]
     gauge = float(np.median(sample_spans_ns(steps))) / 1e6  # decode-only steps, 2 on
     prefill_span = [s["t_d2h_issued"] - s["t_read_end"] for s in steps[2:]
                     if "t_d2h_issued" in s and not decode_only(s)]  # fmt: skip
-    return {**pops, "all_ms": float(np.median(every)), "gauge_ms": gauge,
+    return {**pops, "gauge_ms": gauge,
             "prefill_span_ms": float(np.median(prefill_span)) / 1e6}  # fmt: skip
 
 

@@ -71,9 +71,9 @@ def sample_tokens_ms(raw: dict[str, Any]) -> float:
 def step_populations(raw: dict[str, Any]) -> dict[str, Any]:
     """The pass's step durations split by whether the step carries a prefill chunk: a step
     lasts from its ``t_enter`` to the next step's (steps 1 on). ``decode_ms`` / ``prefill_ms``:
-    each population's median (None where it has no step), with its count. #23 judges the
-    median of all steps, which on align falls at the edge of the prefill population
-    (docs/forward-prediction.md, "A fit per window")."""
+    each population's median (None where it has no step), with its count; ``all_ms``: the
+    median of every step, #23's statistic, which on align falls at the edge of the prefill
+    population (docs/forward-prediction.md, "A fit per window")."""
     steps = [s for s in raw.get("steps", []) if "req_ids" in s and "t_enter" in s
              and "num_computed" in s]  # fmt: skip
     dec: list[float] = []
@@ -83,4 +83,5 @@ def step_populations(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "decode_ms": float(np.median(dec)) if dec else None, "decode_steps": len(dec),
         "prefill_ms": float(np.median(pre)) if pre else None, "prefill_steps": len(pre),
+        "all_ms": float(np.median(dec + pre)) if dec or pre else None,
     }  # fmt: skip

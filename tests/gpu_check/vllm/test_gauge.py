@@ -90,5 +90,6 @@ def test_a_steps_duration_is_its_own_entry_to_the_next_split_by_its_prefill_chun
     raw = {"steps": [step(0, True), step(10e6, True), step(30e6, False), step(35e6, True),
                      step(60e6, False), step(64e6, False)]}  # fmt: skip
     got = step_populations(raw)  # step 0 is left out, as the calibration leaves it
-    assert got == {"decode_ms": 4.5, "decode_steps": 2, "prefill_ms": 22.5, "prefill_steps": 2}
+    assert got == {"decode_ms": 4.5, "decode_steps": 2, "prefill_ms": 22.5, "prefill_steps": 2,
+                   "all_ms": 12.5}  # fmt: skip
     assert step_populations({"steps": []})["decode_ms"] is None
