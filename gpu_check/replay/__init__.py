@@ -253,11 +253,14 @@ def op_offsets(rec: StepRecord, t: TimingParams) -> np.ndarray:
     """End time of each row op after the launch, as the timing model lays them out."""
     dur = row_op_ns(t)
     n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
-    out, now, loop_done = [], 0, False
+    out, now, loop_done, reordered = [], 0, False, False
     for op in rec.ops:
         if op.kind != "remove" and not loop_done:
-            now += t.worker_cached_loop_ns_per_req * n_cached
+            now += t.worker_pre_add_ns + t.worker_cached_loop_ns_per_req * n_cached
             loop_done = True
+        if op.kind == "swap" and not reordered:
+            now += t.worker_reorder_ns
+            reordered = True
         now += dur[op.kind]
         out.append(now)
     return np.asarray(out, dtype=np.int64)

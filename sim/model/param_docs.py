@@ -188,6 +188,10 @@ DOCS: dict[str, ParamDoc] = {
     "timing.worker_cached_loop_ns_per_req": _P("ns/request", "cached-request loop of "
                                                "_update_states",
                                                prior("a few µs of Python per request")),
+    "timing.worker_pre_add_ns": _P("ns", "fixed host time of _update_states before its first "
+                                   "add (zeroing blocks, new requests' states)",
+                                   prior("0: only the per-request loop; vllm-forward's timing "
+                                         "files measure ~140-340 µs from the records")),
     "timing.worker_add_ns": _P("ns", "one add_request",
                                prior("10-50 µs per row op, docs/timing.md §4; "
                                      "--timing vllm-0.24.0-row-ops measures 64,260")),
@@ -198,6 +202,9 @@ DOCS: dict[str, ParamDoc] = {
                                 prior("the numpy mock's 18.54 µs p50 at 8k tokens, "
                                       "docs/timing.md §4; --timing vllm-0.24.0-row-ops "
                                       "measures 47,754")),
+    "timing.worker_reorder_ns": _P("ns", "_may_reorder_batch's own time before its first swap",
+                                   prior("0: in refresh_metadata's time; vllm-forward's timing "
+                                         "files measure ~120-250 µs from the records")),
     "timing.worker_refresh_metadata_ns": _P("ns", "refresh_metadata",
                                             prior("tens of µs of Python")),
     "timing.worker_prepare_inputs_ns": _P("ns", "_prepare_inputs (split around the counts read)",

@@ -220,9 +220,16 @@ class TimingParams:
     worker_rpc_dispatch_ns_per_req: int = 0
     worker_remove_ns: int = 20_000
     worker_cached_loop_ns_per_req: int = 6_000
+    # Fixed host time of _update_states between its removes and its first add (zeroing new
+    # blocks, the new requests' states, the loop's own fixed cost): vLLM's records put ~140 us
+    # there that a model with only a per-request loop moves to after the swaps.
+    worker_pre_add_ns: int = 0
     worker_add_ns: int = 30_000
     worker_condense_move_ns: int = 7_000
     worker_swap_ns: int = 18_000
+    # _may_reorder_batch's own host time after condense, before its first swap (ahead of
+    # refresh_metadata when it swaps nothing): ~120-250 us in vLLM's records.
+    worker_reorder_ns: int = 0
     worker_refresh_metadata_ns: int = 60_000
     worker_prepare_inputs_ns: int = 400_000
     worker_event_sync_ns: int = 850

@@ -19,7 +19,8 @@ Per step N (docs/mechanism.md §1, §8, §11):
   ``update_from_output(N-1)``; with async off it waits for step N's output.
 - worker CPU: scheduler output N, ``synchronize_input_prep`` (prepare_inputs_event(N-1)),
   ``_update_states`` micro-operations in the schedule's order (removes, the cached-request
-  loop, adds, condense moves, swaps, refresh), ``_prepare_inputs`` with the policy's event
+  loop with the fixed time before the adds, adds, condense moves, the reorder's own time,
+  swaps, refresh), ``_prepare_inputs`` with the policy's event
   wait and read, prep + launch of the forward, the deferred correction (waits on
   valid_sampled_token_count_event(N-1)), then ``sample_tokens(N)`` which enqueues sampler,
   the counts D2H, the event record and the drafter without waiting (async) or waits for
@@ -265,10 +266,14 @@ class Model:
         cached_loop_done = False
         dur = row_op_ns(t)
         t_update = env.now
+        reordered = False
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_loop_done:
                 yield from self._cached_loop(step, n_cached)
                 cached_loop_done = True
+            if op.kind == "swap" and not reordered:
+                yield from self._reorder(step)
+                reordered = True
             t0 = env.now
             yield env.timeout(j(step, WorkerSlot.OP_BASE + i, dur[op.kind]))
             apply_op(self.buf, op, i, None)
@@ -278,14 +283,24 @@ class Model:
             self.log("worker_cpu", op.kind, step, row, int(self.buf[row]), op.req_id, start=t0)
         if not cached_loop_done:
             yield from self._cached_loop(step, n_cached)
+        if not reordered:
+            yield from self._reorder(step)
         yield env.timeout(j(step, WorkerSlot.REFRESH, t.worker_refresh_metadata_ns))
         self.log(WORKER, UPDATE_STATES, step, start=t_update)
 
     def _cached_loop(self, step: int, n_cached: int):
         t0 = self.env.now
-        mean_ns = self.t.worker_cached_loop_ns_per_req * n_cached
+        mean_ns = self.t.worker_pre_add_ns + self.t.worker_cached_loop_ns_per_req * n_cached
         yield self.env.timeout(self.jit_worker(step, WorkerSlot.CACHED_LOOP, mean_ns))
         self.log("worker_cpu", "cached_request_loop", step, value=n_cached, start=t0)
+
+    def _reorder(self, step: int):
+        """``_may_reorder_batch`` up to its first swap. It shares refresh_metadata's draw (one
+        host speed for the tail of ``_update_states``); at 0 it yields nothing, so a timing
+        without it runs event for event as before."""
+        if self.t.worker_reorder_ns:
+            mean_ns = self.t.worker_reorder_ns
+            yield self.env.timeout(self.jit_worker(step, WorkerSlot.REFRESH, mean_ns))
 
     def _read_counts(self, step: int, rec, tim: StepTiming) -> None:
         tim.read_ns = int(self.env.now)

@@ -13,7 +13,8 @@ event of an *earlier* step or of the same step further up this loop, so each tim
 - engine core: ``e = max(e, output_at_engine[N - lag]) + update``; ``e += schedule``;
   ``sched_arrival[N] = e + input_ipc``;
 - worker: ``w = max(w, sched_arrival[N]) + rpc``; ``w = max(w, prep_E[N-1])``; stall; the
-  policy's wait ``w = max(w, land[N-1]) + event_sync``; row ops (their write times), refresh,
+  policy's wait ``w = max(w, land[N-1]) + event_sync``; row ops (their write times; the
+  cached loop before the first add, the reorder's time before the first swap), refresh,
   half of _prepare_inputs, the policy's wait, **read**, the rest; prep and forward enqueued;
   under async ``w = max(w, valid_E[N-1])``; sample_tokens; with async off
   ``w = max(w, output_E[N])``;
@@ -354,9 +355,11 @@ class _Recurrence:
         keep_timing: bool,
     ) -> tuple[list[Any], list[Any] | None]:
         """``_update_states``: the persistent batch's row ops (remove, add, move, swap) on
-        num_accepted_tokens_cpu, the cached requests' loop before the first op that is not a
-        remove, ``refresh_metadata`` after. Step N-1's counts DMA (``prev_rec.accepted``) is
-        in flight: it lands (:func:`_land`) before the first op it precedes, point by point.
+        num_accepted_tokens_cpu, the cached requests' loop (and ``worker_pre_add_ns``) before
+        the first op that is not a remove, ``_may_reorder_batch``'s own time before the first
+        swap (or after the ops), ``refresh_metadata`` after. Step N-1's counts DMA
+        (``prev_rec.accepted``) is in flight: it lands (:func:`_land`) before the first op it
+        precedes, point by point.
         Returns the writing ops' write times, in order, and with ``keep_timing`` every op's."""
         m, wj, w, op_mean = self.m, self.wj, self.w, self.op_mean
         buf, private = self.buf, self.private
@@ -370,10 +373,15 @@ class _Recurrence:
         n_cached = rec.num_reqs - len(rec.new) - len(rec.resumed)
         cached_done = False
         op_times: list[Any] | None = [] if keep_timing else None
+        pre_add = m.worker_pre_add_ns + m.worker_cached_loop_ns_per_req * n_cached
+        reordered = False
         for i, op in enumerate(rec.ops):
             if op.kind != "remove" and not cached_done:
-                w = w + wj(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
+                w = w + wj(pre_add, uw[WorkerSlot.CACHED_LOOP])
                 cached_done = True
+            if op.kind == "swap" and not reordered:  # _may_reorder_batch, refresh's draw
+                w = w + wj(m.worker_reorder_ns, uw[WorkerSlot.REFRESH])
+                reordered = True
             w = w + wj(op_mean[op.kind], uw[WorkerSlot.OP_BASE + i])
             if any_pending:
                 any_pending = _land(buf, private, prev_acc, pending, land_prev <= w)
@@ -383,7 +391,9 @@ class _Recurrence:
             if op.kind != "remove":
                 writes.append(w)
         if not cached_done:
-            w = w + wj(m.worker_cached_loop_ns_per_req * n_cached, uw[WorkerSlot.CACHED_LOOP])
+            w = w + wj(pre_add, uw[WorkerSlot.CACHED_LOOP])
+        if not reordered:
+            w = w + wj(m.worker_reorder_ns, uw[WorkerSlot.REFRESH])
         self.w = w + wj(m.worker_refresh_metadata_ns, uw[WorkerSlot.REFRESH])
         self.any_pending = any_pending
         return writes, op_times

@@ -115,6 +115,8 @@ def timing_points(draw, base: TimingParams) -> list[TimingParams]:
                 gpu_jitter_frac=draw(st.sampled_from([-1.0, 0.0, 0.04])),
                 worker_sample_tokens_ns_prefill=draw(st.sampled_from([0, 4_650_000])),
                 worker_rpc_dispatch_ns_per_req=draw(st.sampled_from([0, 48_000])),
+                worker_pre_add_ns=draw(st.sampled_from([0, 140_000])),
+                worker_reorder_ns=draw(st.sampled_from([0, 130_000])),
             )
         if draw(st.booleans()):  # ties: no jitter, round numbers, the landing on a row op
             step = draw(st.sampled_from([1_000, 10_000]))
@@ -125,6 +127,7 @@ def timing_points(draw, base: TimingParams) -> list[TimingParams]:
                 worker_swap_ns=step * draw(st.integers(0, 4)),
                 worker_condense_move_ns=step * draw(st.integers(0, 4)),
                 worker_remove_ns=step * draw(st.integers(0, 4)),
+                worker_reorder_ns=step * draw(st.integers(0, 2)),
                 dma_land_delay_ns=step * draw(st.integers(0, 6)),
                 gpu_sample_ns=step * draw(st.integers(1, 20)),
                 gpu_drafter_ns=step * draw(st.integers(0, 100)),
@@ -217,10 +220,11 @@ def test_tiers_identical_with_the_records_timing(slow_prob: float) -> None:
     t = replace(
         BASE.timing, worker_slow_prob=slow_prob, worker_slow_factor=1.49, gpu_jitter_frac=0.04,
         worker_sample_tokens_ns_prefill=4_650_000, jitter_frac=0.06,
-        worker_rpc_dispatch_ns_per_req=48_000,
+        worker_rpc_dispatch_ns_per_req=48_000, worker_pre_add_ns=140_000,
+        worker_reorder_ns=130_000,
     )  # fmt: skip
     other = replace(t, worker_slow_prob=0.5, worker_slow_factor=0.8, gpu_jitter_frac=-1.0,
-                    worker_rpc_dispatch_ns_per_req=0)  # fmt: skip
+                    worker_rpc_dispatch_ns_per_req=0, worker_reorder_ns=0)  # fmt: skip
     check_all_policies(BASE, 3, 80, [t, other])
 
 
