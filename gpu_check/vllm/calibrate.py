@@ -173,6 +173,30 @@ def op_spans(raw: dict[str, Any]) -> dict[str, list[int]]:
     return out
 
 
+def update_phases(raw: dict[str, Any]) -> dict[str, list[int]]:
+    """Where ``_update_states`` spends its time between the row ops (ns), per step:
+    ``pre_add`` the gap before its first add or move (the cached-request loop included:
+    ``_host`` takes its slope off, ``n_cached`` beside it); ``reorder`` the gap from the add or
+    move before its first swap to that swap; ``refresh`` from a last swap to the end."""
+    out: dict[str, list[int]] = {"pre_add": [], "n_cached": [], "reorder": [], "refresh": []}
+    for s in prepared_steps(raw)[2:]:
+        ops, start = s["ops"], int(s["t_us_start"])
+        if not ops:
+            continue
+        first = next((i for i, o in enumerate(ops) if o[0] != "remove"), None)
+        if first is not None and ops[first][0] in ("add", "move"):
+            before = int(ops[first - 1][5]) if first else start
+            out["pre_add"].append(int(ops[first][4]) - before)
+            new = {x[0] for x in s["new"]}
+            out["n_cached"].append(len(s["req_ids"]) - len(new) - len(s.get("resumed", [])))
+        swap = next((i for i, o in enumerate(ops) if o[0] == "swap"), None)
+        if swap and ops[swap - 1][0] in ("add", "move"):
+            out["reorder"].append(int(ops[swap][4]) - int(ops[swap - 1][5]))
+        if ops[-1][0] == "swap":
+            out["refresh"].append(int(s["t_us_end"]) - int(ops[-1][5]))
+    return out
+
+
 def _median(xs: Iterable[float]) -> int:
     a = np.asarray(list(xs), dtype=np.float64)
     return int(round(float(np.median(a)))) if a.size else 0
@@ -419,12 +443,21 @@ def _host(
     rpc_per_req: int = 0,
 ) -> dict[str, Any]:
     ops: dict[str, list[int]] = {"remove": [], "add": [], "swap": [], "move": []}
+    phases: dict[str, list[int]] = {"pre_add": [], "n_cached": [], "reorder": [], "refresh": []}
     for c in base:
         for k, v in op_spans(raws[c.folder]).items():
             ops[k] += v
+        for k, v in update_phases(raws[c.folder]).items():
+            phases[k] += v
     t = pd.concat([spans[c.folder] for c in base], ignore_index=True)
     rest = (t["update_states_ns"] - t["ops_ns"]).to_numpy(np.float64)
     per_req, intercept = np.polyfit(t["n_cached"].to_numpy(np.float64), rest, 1)
+    # the fit's fixed time, laid out where vLLM spends it: before the adds, before the swaps,
+    # and the rest at the end (the total, so the step, is the fit's)
+    fixed = max(int(round(intercept)), 0)
+    loop = per_req * np.asarray(phases["n_cached"], dtype=np.float64)
+    pre_add = min(max(_median(np.asarray(phases["pre_add"]) - loop), 0), fixed)
+    reorder = min(_median(phases["reorder"]), fixed - pre_add)
     prepare = 2 * _median(t["prepare_1_ns"])
     calm = t[t["entry"]]
     launch = _median(calm["prepare_inputs_ns"]) - prepare // 2 - h200["worker_copy_to_gpu_ns"]
@@ -450,7 +483,9 @@ def _host(
         "worker_swap_ns": _median(ops["swap"]),
         "worker_condense_move_ns": _median(ops["move"]),
         "worker_cached_loop_ns_per_req": max(int(round(per_req)), 0),
-        "worker_refresh_metadata_ns": max(int(round(intercept)), 0),
+        "worker_pre_add_ns": pre_add,
+        "worker_reorder_ns": reorder,
+        "worker_refresh_metadata_ns": fixed - pre_add - reorder,
         "worker_prepare_inputs_ns": prepare,
         "worker_launch_ns": max(launch, 0),
         "worker_sample_tokens_ns": decode,
@@ -571,7 +606,12 @@ SOURCES = {
     "worker_swap_ns": "median span of swap_states",
     "worker_condense_move_ns": "median span of a condense call / its moves",
     "worker_cached_loop_ns_per_req": "slope of (_update_states - its ops) vs cached requests",
-    "worker_refresh_metadata_ns": "intercept of the same fit",
+    "worker_pre_add_ns": (
+        "median(first add or move - last remove before it, or the start) - the loop's slope x "
+        "cached requests, within the intercept of the same fit"
+    ),
+    "worker_reorder_ns": "median(first swap - the add or move before it), within the rest",
+    "worker_refresh_metadata_ns": "the rest of that intercept (the total is the fit's)",
     "worker_prepare_inputs_ns": "2 x median(_update_states end -> _prepare_inputs start)",
     "worker_launch_ns": "median(_prepare_inputs) - prepare/2 - copy_to_gpu (landed at entry)",
     "worker_sample_tokens_ns": (
