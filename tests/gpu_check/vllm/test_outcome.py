@@ -258,10 +258,21 @@ def test_the_forward_25_outcome_is_the_one_its_readme_states():
     assert cal == REPO / PREREG / "forward-25" / "calibration.json"  # the frozen copy
     point = sum(r["meets_all"] for r in doc["results"])
     assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in section
-    assert len(doc["results"]) + len(doc["not_run"]) == 48
-    assert all(x.split("/")[0].endswith("-w2") for x in doc["not_run"])
+    assert len(doc["results"]) == 48 and "not_run" not in doc  # all four processes ran
+    assert {r["run"] for r in doc["forecast"]["passes_table"]} == {
+        "v0.24.0-w1", "v0.24.0-w2", "v0.33.0-w1", "v0.33.0-w2"}  # fmt: skip
     misses = [r for r in doc["forecast"]["passes_table"] if not r["cond_meets_all"]]
-    assert "The eleven misses" in section and len(misses) == 11
+    assert "The nineteen misses" in section and len(misses) == 19
+    held_out = [r for r in doc["forecast"]["passes_table"] if r["run"].endswith("-w2")]
+    sg, gauge = (sum(r[k] for r in held_out) for k in ("sg_meets_all", "cond_meets_all"))
+    flat = " ".join(section.split())
+    assert f"in {sg} of the 16 second-process passes, the gauge in {gauge}" in flat
+    for key, label in (("sharpness", "(ii) width / vLLM's spread within a process"),
+                       ("sharpness_between_windows", "(ii') width / vLLM's spread between")):
+        cells = [" / ".join(f"{fc[r][key][p]['ratio']:.2f}" for p in ("rate", "step", "entry"))
+                 for r in regimes[:3]]  # fmt: skip
+        row = next(line for line in section.splitlines() if line.startswith(f"| {label}"))
+        assert row.replace("**", "").endswith(" | ".join(cells) + " | - |"), row
 
 
 def test_forward_25s_frozen_calibration_is_the_one_its_predictions_were_made_on():
