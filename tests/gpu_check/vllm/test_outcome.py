@@ -267,8 +267,10 @@ def test_the_forward_25_outcome_is_the_one_its_readme_states():
     sg, gauge = (sum(r[k] for r in held_out) for k in ("sg_meets_all", "cond_meets_all"))
     flat = " ".join(section.split())
     assert f"in {sg} of the 16 second-process passes, the gauge in {gauge}" in flat
-    for key, label in (("sharpness", "(ii) width / vLLM's spread within a process"),
-                       ("sharpness_between_windows", "(ii') width / vLLM's spread between")):
+    for key, label in (
+        ("sharpness", "(ii) width / vLLM's spread within a process"),
+        ("sharpness_between_windows", "(ii') width / vLLM's spread between"),
+    ):
         cells = [" / ".join(f"{fc[r][key][p]['ratio']:.2f}" for p in ("rate", "step", "entry"))
                  for r in regimes[:3]]  # fmt: skip
         row = next(line for line in section.splitlines() if line.startswith(f"| {label}"))
