@@ -265,6 +265,7 @@ def cost_markdown(summary: dict[str, Any]) -> str:
     env = summary.get("environment", {})
     out = [
         f"vLLM {summary.get('vllm_version', '?')}, {env.get('device', '?')}, "
+        f"{summary.get('engine', {}).get('weights', 'zero')} weights, "
         f"{summary.get('rounds_done', '?')} rounds, commit {str(env.get('git_commit', '?'))[:7]}",
         "",
         "| config | arm | median tokens/s | ratio to off: median (min-max) | 95 % CI of the "

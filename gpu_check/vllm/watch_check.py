@@ -205,8 +205,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     bare = [r for r in v1 if r["patch"] == "none"]
     wrong, reads = sum(r["wrong_watched"] for r in bare), sum(r["reads_watched"] for r in bare)
     equal = sum(bool(r["equal"]) for r in v1)
-    out.append(f"\nUnguarded passes: the watch saw {wrong} in {reads:,} reads; equal to the "
-               f"export in {equal} of {len(v1)} passes.")  # fmt: skip
+    out.append(f"\nUnguarded passes: the watch saw {wrong} in {reads:,} reads. V1 passes, guarded "
+               f"or not: equal to the export in {equal} of {len(v1)}.")  # fmt: skip
     v2 = [r for r in rows if r["runner"] == "v2"]
     if v2:
         aside, seen = sum(bool(r["equal"]) for r in v2), sum(r["wrong_observed"] for r in v2)
