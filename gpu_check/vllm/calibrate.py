@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.vllm.export import load_raw, prepared_steps, raw_record_of
+from gpu_check.vllm.gauge import decode_only
 from sim.errors import SpecraceError
 from sim.model.params import (
     TimingParams,
@@ -128,6 +129,13 @@ def run_k(run: Path, mode: str) -> int:
 
 
 # -- measured spans ---------------------------------------------------------------------------
+def _n_cached(s: dict[str, Any]) -> int:
+    """The step's requests that ``_update_states``' cached-request loop walks: neither new nor
+    resumed."""
+    new = {x[0] for x in s["new"]}
+    return len(s["req_ids"]) - len(new) - len(s.get("resumed", []))
+
+
 def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
     """Per step (>= 2) the host spans the calibration uses, ns."""
     steps = prepared_steps(raw)
@@ -135,9 +143,8 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
     for n in range(2, len(steps)):
         s, prev = steps[n], steps[n - 1]
         ops = s["ops"]
-        new = {x[0] for x in s["new"]}
-        prefill = any(c < p for c, p in zip(s["num_computed"], s["num_prompt"], strict=True))
-        n_cached = len(s["req_ids"]) - len(new) - len(s.get("resumed", []))
+        prefill = not decode_only(s)
+        n_cached = _n_cached(s)
         rows.append(
             {
                 "num_reqs": len(s["req_ids"]),
@@ -187,8 +194,7 @@ def update_phases(raw: dict[str, Any]) -> dict[str, list[int]]:
         if first is not None and ops[first][0] in ("add", "move"):
             before = int(ops[first - 1][5]) if first else start
             out["pre_add"].append(int(ops[first][4]) - before)
-            new = {x[0] for x in s["new"]}
-            out["n_cached"].append(len(s["req_ids"]) - len(new) - len(s.get("resumed", [])))
+            out["n_cached"].append(_n_cached(s))
         swap = next((i for i, o in enumerate(ops) if o[0] == "swap"), None)
         if swap and ops[swap - 1][0] in ("add", "move"):
             out["reorder"].append(int(ops[swap][4]) - int(ops[swap - 1][5]))
