@@ -304,3 +304,22 @@ def test_deployment_doc_holds_the_plugins_committed_gpu_record() -> None:
         f"({ratio['rounds']} rounds): tokens/s {ratio['median']:.3f} of off (95 % interval "
         f"{lo:.3f}-{hi:.3f}), its own host time {share} of the step" in readme_flat
     )
+    # the fourth call, the gdn-bit weights: what deployment.md and the README quote of it
+    bit = json.loads((root / "bench-0.33.0-gdnbit" / "summary.json").read_text())
+    assert bit["engine"]["weights"] == "gdn-bit"
+    watch = bit["results"]["s16_d0ms"]["watch"]
+    ratio, own = watch["ratio_to_off"], watch["watch"]
+    lo, hi = ratio["bootstrap95_median"]
+    sd = statistics.stdev(ratio["per_round"])
+    share = f"{100 * own['host_share_of_step']:.1f} %"
+    per_pass = set(own["wrong_per_round"])
+    assert len(per_pass) == 1  # the same wrong reads in every pass, as the text says
+    quoted = (
+        f"the same {per_pass.pop()} wrong reads in each of {ratio['rounds']} passes). `off` and "
+        f"`watch` for {bit['rounds_done']} rounds before the time limit: the median ratio was "
+        f"{ratio['median']:.3f}, its bootstrap 95 % interval {lo:.3f}-{hi:.3f} (per-round "
+        f"standard deviation {sd:.2f}), so the ratio is not resolved to 3 % in this window; the "
+        f"watch's own host time was {own['host_ms_per_step']:.3f} ms a step, {share} of the step"
+    )
+    assert quoted in flat and lo < 0.97 and hi > 1.0  # the interval is wider than +-3 %
+    assert f"{share} with the `gdn-bit` weights" in readme_flat

@@ -278,6 +278,26 @@ def test_the_model_lays_out_update_states_where_vllm_spends_it(configs, cal) -> 
             gaps.append(tim.op_write_ns[i] - tim.op_write_ns[i - 1] - swap_ns)
     assert len(gaps) > 50
     assert abs(float(np.median(gaps)) - vllm) < 0.35 * vllm, (np.median(gaps), vllm)
+    # laid out, not lengthened: sim's whole _update_states is still vLLM's (420 against 375 us)
+    from gpu_check.vllm.calibrate import step_spans
+    from sim.model.trace import UPDATE_STATES
+
+    ours = float(np.median([r[1] for r in m.trace_rows if r[4] == UPDATE_STATES][2:]))
+    theirs = float(step_spans(raw)["update_states_ns"].median())
+    assert abs(ours - theirs) < 0.15 * theirs, (ours, theirs)
+
+
+def test_the_docs_quote_the_boundary_landing_among_the_ops(committed) -> None:
+    """The landing among / after the row ops at the boundary, gauge-conditioned and vLLM's, as
+    data/vllm/README.md and docs/forward-prediction.md quote them from forward.csv."""
+    b = committed[(committed["regime"] == "boundary") & (committed["mode"] == "align")]
+    ours = f"{b['cond_between'].mean():.3f} / {b['cond_after'].mean():.3f}"
+    theirs = f"{b['between_observed'].mean():.3f} / {b['after_observed'].mean():.3f}"
+    readme = " ".join((DATA / "README.md").read_text().split())
+    assert f"to {ours} against vLLM's {theirs}" in readme
+    doc = (DATA.parents[1] / "docs" / "forward-prediction.md").read_text()
+    row = next(x for x in doc.splitlines() if x.startswith("| boundary align, gauge-cond"))
+    assert f"(vLLM: {theirs})" in row and row.endswith(f"| {ours} |"), row
 
 
 def test_the_drafter_part_of_the_host_step_grows_with_k(configs, cal) -> None:
