@@ -93,3 +93,39 @@ def test_a_steps_duration_is_its_own_entry_to_the_next_split_by_its_prefill_chun
     assert got == {"decode_ms": 4.5, "decode_steps": 2, "prefill_ms": 22.5, "prefill_steps": 2,
                    "all_ms": 12.5}  # fmt: skip
     assert step_populations({"steps": []})["decode_ms"] is None
+
+
+def test_gpu_bound_landings_at_entry_follow_prefill_steps_and_the_host_path() -> None:
+    """scripts/host_path.py (docs/forward-prediction.md, "GPU-bound landing at entry"): in
+    every GPU-bound align pass of the records, vLLM and sim land at entry after a decode-only
+    step hardly ever; the largest miss is a pass whose prefill steps' host path ran shorter
+    than its 0 ms pass's, and the numbers the section quotes are the script's."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "host_path.py"))
+    t = script["table"](DATA).set_index("pass")
+    assert len(t) == 15
+    assert (t["entry_decode"] == 0).all() and (t["sim_entry_decode"] <= 0.01).all()
+    ratio_pre = t["path_prefill_ms"] / t["path_decode_ms"]
+    assert (ratio_pre > 1.3).sum() == 14
+    k1 = t.loc["forward-23/v0.24.0-k1/align_s24_d22ms"]
+    assert k1["path_prefill_ms"] < 0.9 * k1["sim_path_prefill_ms"]
+    assert k1["sim_entry_prefill"] > 5 * k1["entry_prefill"]
+    more = int((t["sim_entry_prefill"] > t["entry_prefill"]).sum())
+    less = int((t["sim_entry_prefill"] < t["entry_prefill"]).sum())
+    ratio = t["path_vs_0ms"].dropna()
+    text = (ROOT / "docs" / "forward-prediction.md").read_text()
+    section = text[text.index("### GPU-bound landing at entry") :]
+    section = " ".join(section[: section.index("\n### ")].split())
+    quoted = [
+        f"{k1['path_prefill_ms']:.1f} ms where the same process's 0 ms pass had",
+        f"has {k1['sim_path_prefill_ms']:.1f} ms",
+        f"after {k1['sim_entry_prefill']:.2f} of the prefill steps where vLLM did after "
+        f"{k1['entry_prefill']:.2f}",
+        f"in {more} of the 15 passes, less often in {less}, and neither does in {15 - more - less}",
+        f"{ratio.min():.2f}-{ratio.max():.2f} x",
+        f"{ratio_pre[ratio_pre > 1.3].min():.2f}-{ratio_pre.max():.2f} x a decode-only step's in "
+        f"14 of the passes ({ratio_pre.min():.2f} x in the fifteenth)",
+    ]
+    for q in quoted:
+        assert q in section, q
