@@ -142,6 +142,7 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for n in range(2, len(steps)):
         s, prev = steps[n], steps[n - 1]
+        nxt = steps[n + 1] if n + 1 < len(steps) else None
         ops = s["ops"]
         prefill = not decode_only(s)
         n_cached = _n_cached(s)
@@ -157,6 +158,9 @@ def step_spans(raw: dict[str, Any]) -> pd.DataFrame:
                 "launch_to_d2h_ns": int(s["t_d2h_issued"] - s["t_read_end"]),
                 "d2h_to_update_ns": int(s["t_us_start"] - prev["t_d2h_issued"]),
                 "interval_ns": int(s["t_enter"] - prev["t_enter"]),
+                # from this step's read of the counts to the next's: the GPU's step where
+                # align waits for them (past the boundary)
+                "gpu_interval_ns": float(nxt["t_read_end"] - s["t_read_end"]) if nxt else np.nan,
                 "entry": bool(s.get("landed_at_update_states")),
                 "prefill": prefill,
             }
@@ -232,6 +236,7 @@ def calibrate(configs: list[Measured]) -> dict[str, Any]:
     for g in groups.values():
         g["timing"]["gpu_forward_ns_base"] = gpu["gpu_forward_ns_base"]
         g["timing"]["gpu_forward_ns_per_token"] = gpu["gpu_forward_ns_per_token"]
+        g["timing"]["gpu_forward_ns_prefill"] = gpu["gpu_forward_ns_prefill"]
         g["timing"]["gpu_jitter_frac"] = gpu["gpu_jitter_frac"]
         g["timing"] = dict(sorted(g["timing"].items()))
     return {"gpu": gpu, "host_phases": phases, "rpc_per_k": rpc_k, "rpc_per_req": rpc_req,
@@ -377,7 +382,7 @@ def _gpu_line(
     prior: TimingParams,
     groups: dict[str, Any],
 ) -> dict[str, Any]:
-    bound = [  # k = 3: the line's intercepts are per concurrency at that k's tokens per step
+    bound = [  # k = 3: the drafter's GPU time is k's
         c
         for c in configs
         if c.mode == "align"
@@ -397,23 +402,20 @@ def _gpu_line(
         gap[s] = (
             t["worker_prepare_inputs_ns"] // 2 + t["worker_copy_to_gpu_ns"] + t["worker_launch_ns"]
         )
-    x = np.array(
-        [[c.gpu_delay_us * 1e3] + [float(c.max_num_seqs == s) for s in seqs] for c in bound]
-    )
-    y = np.array([float(spans[c.folder]["interval_ns"].median()) for c in bound])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    slope, intercepts = float(coef[0]), {s: float(v) for s, v in zip(seqs, coef[1:], strict=True)}
-    tokens = {
-        s: float(np.median(np.concatenate(
-            [spans[c.folder]["tokens"].to_numpy() for c in bound if c.max_num_seqs == s]
-        )))
-        for s in seqs
-    }  # fmt: skip
-    lo, hi = seqs[0], seqs[-1]
-    gpu_ns = {s: intercepts[s] - gap[s] for s in seqs}  # the GPU's part of the step at delay 0
-    per_token = (gpu_ns[hi] - gpu_ns[lo]) / (tokens[hi] - tokens[lo])
+    # per step, from its read of the counts to the next's, less the host's gap: a line in the
+    # delay and the step's tokens, plus a fixed GPU time on a step with a prefill chunk (the
+    # median of all steps had folded it into every step); least absolute deviations, so that
+    # the few host-paced intervals (slow phases) do not pull it
+    d = pd.concat([spans[c.folder].dropna(subset=["gpu_interval_ns"]).assign(
+        delay=c.gpu_delay_us * 1e3, y=lambda t, c=c: t["gpu_interval_ns"] - gap[c.max_num_seqs],
+        seqs=c.max_num_seqs) for c in bound], ignore_index=True)  # fmt: skip
+    x = np.column_stack([np.ones(len(d)), d["delay"], d["tokens"], d["prefill"].astype(float)])
+    coef = _lad(x, d["y"].to_numpy(np.float64))
+    const, slope, per_token, prefill = (float(v) for v in coef)
+    tokens = {s: float(d.loc[d["seqs"] == s, "tokens"].median()) for s in seqs}
+    intercepts = {s: const + per_token * tokens[s] + gap[s] for s in seqs}
     # the drafter runs while the host prepares the next step (gap > drafter): not in the line
-    fwd_base = gpu_ns[lo] - per_token * tokens[lo] - prior.gpu_prep_ns - prior.gpu_sample_ns
+    fwd_base = const - prior.gpu_prep_ns - prior.gpu_sample_ns
     spread = []
     for c in bound:  # one batch shape: full decode-only steps (the prefill ones add tokens)
         one = spans[c.folder]
@@ -434,9 +436,19 @@ def _gpu_line(
         "host_gap_ns": {str(s): int(v) for s, v in gap.items()},
         "tokens_per_step": {str(s): tokens[s] for s in seqs},
         "gpu_forward_ns_per_token": int(round(per_token)),
+        "gpu_forward_ns_prefill": max(int(round(prefill)), 0),
         "gpu_forward_ns_base": int(round(fwd_base)),
-        "residual_ms_max": round(float(np.max(np.abs(x @ coef - y))) / 1e6, 3),
+        "residual_ms_median": round(float(np.median(np.abs(x @ coef - d["y"]))) / 1e6, 3),
     }
+
+
+def _lad(x: np.ndarray, y: np.ndarray, rounds: int = 50) -> np.ndarray:
+    """Least absolute deviations by iteratively reweighted least squares (from the LS fit)."""
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    for _ in range(rounds):
+        w = 1 / np.sqrt(np.maximum(np.abs(y - x @ coef), 1e3))  # 1 us floor
+        coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
+    return coef
 
 
 def _host(
@@ -644,8 +656,13 @@ SOURCES = {
     ),
     "worker_slow_factor": "median factor of those over the median of the rest",
     "worker_stall_ns": "median excess of those over the median",
-    "gpu_forward_ns_base": "GPU line at delay 0 less the host gap and the prep/sample priors",
-    "gpu_forward_ns_per_token": "GPU line: intercept difference / token difference",
+    "gpu_forward_ns_base": "GPU line's constant less the prep/sample priors",
+    "gpu_forward_ns_per_token": "GPU line's slope in the step's tokens",
+    "gpu_forward_ns_prefill": (
+        "GPU line's term for a step with a prefill chunk (the line: per step of the GPU-bound "
+        "align runs, one read of the counts to the next less the host gap, by least absolute "
+        "deviations in the delay, the tokens and the chunk)"
+    ),
 }
 
 
@@ -660,7 +677,9 @@ def timing_toml(cal: dict[str, Any], name: str) -> str:
         "# gpu_check/vllm/forward.py (`python -m gpu_check vllm-forward data/vllm`) from",
         f"# {', '.join(g['from'])} ({g['steps']} steps, {g['steps_entry']} landed at entry).",
         f"# GPU line from {len(gpu['configs'])} GPU-bound configs: step = {gpu['slope']} x delay"
-        f" + {gpu['intercept_ns']} ns;",
+        f" + {gpu['intercept_ns']} ns",
+        "# (+ gpu_forward_ns_prefill on a step with a prefill chunk; per step, least absolute"
+        " deviations);",
         "# a config with GPU delay D adds slope x D to gpu_forward_ns_base (this file: D = 0).",
         f"# Slow host phases (worker_slow_*) from every host-only run of vLLM {vllm} "
         f"({cal['host_phases'][vllm]['configs']} configs, {cal['host_phases'][vllm]['steps']} "

@@ -148,6 +148,8 @@ DOCS: dict[str, ParamDoc] = {
                                      prior("roofline: ~27 GB of FP8 weights at 4.8 TB/s")),
     "timing.gpu_forward_ns_per_token": _P("ns/token", "forward time per scheduled token",
                                           prior("small beside the weight reads of a decode")),
+    "timing.gpu_forward_ns_prefill": _P("ns", "more forward time on a step with a prefill chunk",
+                                        prior("0: the roofline has no per-step prefill cost")),
     "timing.gpu_sample_ns": _P("ns", "sampler + rejection sampler + (ids != -1).sum",
                                prior("a few small kernels")),
     "timing.gpu_drafter_ns": _P("ns", "k MTP forwards", prior("k small MTP-layer forwards")),

@@ -199,6 +199,9 @@ class TimingParams:
     gpu_prep_ns: int = 40_000  # H2D input copies and metadata uploads
     gpu_forward_ns_base: int = 6_000_000  # 27B FP8 decode step: ~27 GB of weights at 4.8 TB/s
     gpu_forward_ns_per_token: int = 2_000
+    # More forward time on a step whose batch holds a prefill chunk, whatever its tokens
+    # (vLLM's GPU-bound records: +1.8 ms a step, against < 0.3 us a prefill token).
+    gpu_forward_ns_prefill: int = 0
     gpu_sample_ns: int = 150_000  # sampler + rejection sampler + (ids != -1).sum
     gpu_drafter_ns: int = 800_000  # k MTP forwards
     # D2H of the accepted counts lands this long after sample(N) ends (§8: 15-40 us).

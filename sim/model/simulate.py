@@ -234,6 +234,8 @@ class Model:
             yield env.timeout(j(step, W.LAUNCH, t.worker_launch_ns))
             self.log("worker_cpu", "launch", step, start=t0)
             fwd = t.gpu_forward_ns_base + t.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
+            if rec.has_prefill:
+                fwd += t.gpu_forward_ns_prefill
             item = self.default_stream.enqueue("forward", step, jg(step, G.FORWARD, fwd))
             item.done.callbacks.append(
                 lambda _e, tim=tim, item=item: setattr(tim, "forward_start_ns", item.start_ns)

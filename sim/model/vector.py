@@ -450,6 +450,8 @@ class _Recurrence:
         )
         w = w + wj(m.worker_launch_ns, uw[WorkerSlot.LAUNCH])
         fwd_ns = m.gpu_forward_ns_base + m.gpu_forward_ns_per_token * int(rec.num_scheduled.sum())
+        if rec.has_prefill:
+            fwd_ns += m.gpu_forward_ns_prefill
         fwd_start = mx(w, prep_end)
         fwd_end = fwd_start + jit_gpu(fwd_ns, ug[GpuSlot.FORWARD])
         if self.async_sched and n > 0:

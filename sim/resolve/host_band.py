@@ -49,7 +49,10 @@ NOT_HOST = {"worker_event_sync_ns", "worker_copy_to_gpu_ns"}
 HOST_PREFIXES = ("worker_", "engine_")
 # The GPU's step work (the sampler and the copy's landing delay stay: the vector tier needs the
 # landing to be a GPU completion, and they are small against a host step).
-GPU_FIELDS = ("gpu_prep_ns", "gpu_forward_ns_base", "gpu_forward_ns_per_token", "gpu_drafter_ns")
+GPU_FIELDS = (
+    "gpu_prep_ns", "gpu_forward_ns_base", "gpu_forward_ns_per_token", "gpu_forward_ns_prefill",
+    "gpu_drafter_ns",
+)  # fmt: skip
 
 
 def scale_host(t: TimingParams, f: float) -> TimingParams:

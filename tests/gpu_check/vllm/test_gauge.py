@@ -105,7 +105,7 @@ def test_gpu_bound_landings_at_entry_follow_prefill_steps_and_the_host_path() ->
     script = runpy.run_path(str(ROOT / "scripts" / "host_path.py"))
     t = script["table"](DATA).set_index("pass")
     assert len(t) == 15
-    assert (t["entry_decode"] == 0).all() and (t["sim_entry_decode"] <= 0.01).all()
+    assert (t["entry_decode"] == 0).all() and (t["sim_entry_decode"] <= 0.03).all()
     ratio_pre = t["path_prefill_ms"] / t["path_decode_ms"]
     assert (ratio_pre > 1.3).sum() == 14
     k1 = t.loc["forward-23/v0.24.0-k1/align_s24_d22ms"]
@@ -124,6 +124,7 @@ def test_gpu_bound_landings_at_entry_follow_prefill_steps_and_the_host_path() ->
         f"{k1['entry_prefill']:.2f}",
         f"in {more} of the 15 passes, less often in {less}, and neither does in {15 - more - less}",
         f"{ratio.min():.2f}-{ratio.max():.2f} x",
+        f"at most {t['sim_entry_decode'].max():.3f} after decode-only steps",
         f"{ratio_pre[ratio_pre > 1.3].min():.2f}-{ratio_pre.max():.2f} x a decode-only step's in "
         f"14 of the passes ({ratio_pre.min():.2f} x in the fifteenth)",
     ]

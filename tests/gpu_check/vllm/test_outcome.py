@@ -337,3 +337,21 @@ def test_the_forward_26_outcome_is_the_one_its_readme_states():
             f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
             "predicted)") in flat  # fmt: skip
     assert tot["scored"] - tot["agree"] == 2
+
+
+@pytest.mark.slow
+def test_the_rescored_rounds_are_the_ones_the_docs_state():
+    """scripts/rescore_round.py (docs/forward-prediction.md, "forward-26"): (iv) of both H100
+    rounds on today's calibration, per regime, as the table's last column states it."""
+    import runpy
+
+    script = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
+    doc = (REPO / "docs" / "forward-prediction.md").read_text()
+    for name in ("forward-25", "forward-26"):
+        got = script["rescore"](REPO / PREREG / name, REPO / "data" / "vllm" / name,
+                                REPO / script["CALIBRATION"])  # fmt: skip
+        row = next(ln for ln in doc.splitlines() if ln.startswith(f"| {name} |"))
+        assert row.endswith(
+            f"| {got['overall']} / {got['passes']} (CPU-bound {got['CPU-bound']}, boundary "
+            f"{got['boundary']}, GPU-bound {got['GPU-bound']}) |"
+        ), row

@@ -237,3 +237,26 @@ def test_the_trace_reads_back_as_typed_events() -> None:
         assert [e.name for e in reads] == [POLICIES["align"].read_mode]
     landings = select(res.trace, EventKind.LANDING)
     assert sorted(landings["step"]) == list(range(len(sched.steps)))
+
+
+def test_a_step_with_a_prefill_chunk_takes_the_gpus_prefill_time_more() -> None:
+    """``gpu_forward_ns_prefill`` lengthens the forward of exactly the steps whose batch holds
+    a prefill chunk, by itself, and no other GPU work."""
+    from dataclasses import replace
+
+    from sim.model.simulate import simulate
+
+    sc = load_scenario("qwen35-mtp3", {"timing.jitter_frac": 0.0})
+    sched = build_schedule(sc, 0, 60)
+    kinds = {s.has_prefill for s in sched.steps}
+    assert kinds == {False, True}  # both populations in these steps
+
+    def forwards(extra: int) -> dict[int, int]:
+        t = replace(sc.timing, gpu_forward_ns_prefill=extra)
+        m = simulate(sched, t, POLICIES["align"], 0, trace=True)
+        return {r[2]: r[1] for r in m.trace_rows if r[4] == "forward"}
+
+    base, more = forwards(0), forwards(2_000_000)
+    assert base.keys() == more.keys() and len(base) == len(sched.steps)
+    for n, d in base.items():
+        assert more[n] - d == (2_000_000 if sched.steps[n].has_prefill else 0), n

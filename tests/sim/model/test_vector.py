@@ -117,6 +117,7 @@ def timing_points(draw, base: TimingParams) -> list[TimingParams]:
                 worker_rpc_dispatch_ns_per_req=draw(st.sampled_from([0, 48_000])),
                 worker_pre_add_ns=draw(st.sampled_from([0, 140_000])),
                 worker_reorder_ns=draw(st.sampled_from([0, 130_000])),
+                gpu_forward_ns_prefill=draw(st.sampled_from([0, 1_830_000])),
             )
         if draw(st.booleans()):  # ties: no jitter, round numbers, the landing on a row op
             step = draw(st.sampled_from([1_000, 10_000]))
@@ -216,15 +217,17 @@ def test_tiers_identical_on_minimal_race(delay_ns: int) -> None:
 @pytest.mark.parametrize("slow_prob", [0.0, 0.3])
 def test_tiers_identical_with_the_records_timing(slow_prob: float) -> None:
     """The parameters vllm-forward calibrates from vLLM's records: slow host phases, the GPU's
-    own jitter, sample_tokens' prefill mode; two points that differ in all of them."""
+    own jitter, sample_tokens' prefill mode, the GPU's prefill step; two points that differ in
+    all of them."""
     t = replace(
         BASE.timing, worker_slow_prob=slow_prob, worker_slow_factor=1.49, gpu_jitter_frac=0.04,
         worker_sample_tokens_ns_prefill=4_650_000, jitter_frac=0.06,
         worker_rpc_dispatch_ns_per_req=48_000, worker_pre_add_ns=140_000,
-        worker_reorder_ns=130_000,
+        worker_reorder_ns=130_000, gpu_forward_ns_prefill=1_830_000,
     )  # fmt: skip
     other = replace(t, worker_slow_prob=0.5, worker_slow_factor=0.8, gpu_jitter_frac=-1.0,
-                    worker_rpc_dispatch_ns_per_req=0, worker_reorder_ns=0)  # fmt: skip
+                    worker_rpc_dispatch_ns_per_req=0, worker_reorder_ns=0,
+                    gpu_forward_ns_prefill=0)  # fmt: skip
     check_all_policies(BASE, 3, 80, [t, other])
 
 
