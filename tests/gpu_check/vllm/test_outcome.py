@@ -362,3 +362,27 @@ def test_the_rescored_rounds_are_the_ones_the_docs_state():
             f"| {got['overall']} / {got['passes']} (CPU-bound {got['CPU-bound']}, boundary "
             f"{got['boundary']}, GPU-bound {got['GPU-bound']}) |"
         ), row
+
+
+def test_the_docs_quote_forward_27s_outcome():
+    """docs/forward-prediction.md's forward-27 section: (iv), the point prediction, the boundary
+    passes that ran at the boundary and (iii), as outcome.json has them."""
+    doc = json.loads((REPO / PREREG / "forward-27" / "outcome.json").read_text())
+    fc = doc["forecast"]
+    text = (REPO / "docs" / "forward-prediction.md").read_text()
+    section = text[text.index("### forward-27:") :]
+    section = " ".join(section[: section.index("\n### ")].split())
+    iv = fc["per_regime"]["overall"]["conditional_meets_all"]
+    point = sum(r["meets_all"] for r in doc["results"])
+    kept = fc["regime_predicted_vs_observed"]["boundary -> boundary"]
+    predicted = sum(v for k, v in fc["regime_predicted_vs_observed"].items()
+                    if k.startswith("boundary ->"))  # fmt: skip
+    safety = fc["per_regime"]["boundary"]["safety"]
+    for quoted in (
+        f"(iv) {iv['meets']} of {iv['passes']} = {iv['fraction']:.2f}",
+        f"[{iv['wilson95'][0]:.2f}, {iv['wilson95'][1]:.2f}]",
+        f"the point prediction {point} of 48",
+        f"{kept} of the {predicted} passes predicted at the boundary",
+        f"{safety['above_upper']} of {safety['passes']} boundary passes",
+    ):
+        assert quoted in section, quoted
