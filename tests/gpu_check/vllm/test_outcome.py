@@ -386,3 +386,26 @@ def test_the_docs_quote_forward_27s_outcome():
         f"{safety['above_upper']} of {safety['passes']} boundary passes",
     ):
         assert quoted in section, quoted
+
+
+def test_forward_27s_intervals_split_into_host_spread_and_model_error():
+    """scripts/interval_parts.py: its "full" interval is the committed one of every
+    configuration (same samples, residuals and seed), and the coverage of each variant is the
+    one docs/forward-prediction.md's forward-27 table states."""
+    import runpy
+
+    script = runpy.run_path(str(REPO / "scripts" / "interval_parts.py"))
+    t = script["table"](REPO / PREREG / "forward-27")
+    preds = json.loads((REPO / PREREG / "forward-27" / "predictions.json").read_text())
+    frozen = json.loads((REPO / PREREG / "forward-27" / "calibration.json").read_text())
+    first = next(c for c in preds["configs"] if c["run_config"]["rep"] == 0)
+    full = script["_bands"](first, frozen["calibration"], frozen["forecast"])["full"]
+    for part in ("rate", "step", "entry"):
+        assert [full[part]["lo"], full[part]["hi"]] == first["forecast"][f"{part}_pi90"]
+    text = (REPO / "docs" / "forward-prediction.md").read_text()
+    section = text[text.index("### forward-27:") :]
+    share = t.groupby("variant")[["rate_in", "step_in", "entry_in"]].mean()
+    assert (share.loc["full"] == 1.0).all()
+    for variant in ("full", "host_only", "resid_only"):
+        cells = " / ".join(f"{v:.3f}" for v in share.loc[variant])
+        assert f"| {cells} |" in section, (variant, cells)
