@@ -24,9 +24,10 @@ import tempfile
 from pathlib import Path
 
 from gpu_check.__main__ import main as gpu_check_main
+from gpu_check.vllm.forecast import REGIMES as OBSERVED
+from gpu_check.vllm.plan import CALIBRATION  # vllm-plan's: the committed vllm-forward
 
-CALIBRATION = Path("data/vllm/forward/summary.json")
-REGIMES = ("CPU-bound", "boundary", "GPU-bound", "overall")
+REGIMES = (*OBSERVED, "overall")
 
 
 def rescore(prereg: Path, runs: Path, calibration: Path = CALIBRATION) -> dict[str, int]:
