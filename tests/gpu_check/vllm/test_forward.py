@@ -438,3 +438,30 @@ def test_gpu_bound_steps_with_and_without_a_prefill_chunk_are_vllms(configs, run
     assert v[True] - v[False] > 1.5e6  # vLLM: the prefill chunk's fixed GPU time
     for pre in (False, True):
         assert abs(o[pre] / v[pre] - 1) < 0.03, (pre, o[pre], v[pre])
+
+
+def test_the_gpus_prefill_time_is_the_steps_own_not_the_drafter_before_it(configs) -> None:
+    """vLLM copies step N's counts after its sample, before its drafter; prep(N+1)
+    waits on drafter(N). So a longer drafter after a prefill step would lengthen the *next*
+    step's read-to-read interval. In vLLM's GPU-bound 16-sequence passes the extra time goes
+    with the step's own prefill chunk (sim's placement, in the forward), not with the step
+    before it: docs/timing.md, gpu_forward_ns_prefill."""
+    import numpy as np
+
+    from gpu_check.vllm.calibrate import prepared_steps
+    from gpu_check.vllm.export import load_raw
+    from gpu_check.vllm.gauge import decode_only
+
+    by: dict[tuple[bool, bool], list[float]] = {}
+    for delay in (20, 22, 25, 30):
+        c = _pick(configs, "v0.24.0", f"align_s16_d{delay}ms")
+        steps = prepared_steps(load_raw(c.raw_path))
+        triples = list(zip(steps[1:], steps[2:], steps[3:], strict=False))
+        iv = [(not decode_only(p), not decode_only(a), b["t_read_end"] - a["t_read_end"])
+              for p, a, b in triples]  # fmt: skip
+        base = np.median([x for prev, own, x in iv if not prev and not own])
+        for prev, own, x in iv:
+            by.setdefault((prev, own), []).append(x - base)
+    extra = {k: float(np.median(v)) / 1e6 for k, v in by.items()}  # ms over decode after decode
+    assert extra[(False, True)] > 1.5 and extra[(True, True)] > 1.5  # its own chunk: ~1.9 ms
+    assert abs(extra[(True, False)]) < 0.3  # the chunk before it alone: nothing
