@@ -465,3 +465,30 @@ def test_the_gpus_prefill_time_is_the_steps_own_not_the_drafter_before_it(config
     extra = {k: float(np.median(v)) / 1e6 for k, v in by.items()}  # ms over decode after decode
     assert extra[(False, True)] > 1.5 and extra[(True, True)] > 1.5  # its own chunk: ~1.9 ms
     assert abs(extra[(True, False)]) < 0.3  # the chunk before it alone: nothing
+
+
+def test_the_docs_quote_the_committed_gpu_line() -> None:
+    """The GPU line's numbers in data/vllm/README.md, docs/reference.md, docs/timing.md and
+    docs/forward-prediction.md are the committed calibration's (summary.json)."""
+    gpu = json.loads((FORWARD / "summary.json").read_text())["calibration"]["gpu"]
+    from sim.model.params import TimingParams
+
+    prior = TimingParams()  # the prep and sample priors the line's constant holds
+    const = gpu["gpu_forward_ns_base"] + prior.gpu_prep_ns + prior.gpu_sample_ns
+    slope, chunk = f"{gpu['slope']:.3f}", f"{gpu['gpu_forward_ns_prefill'] / 1e6:.2f} ms"
+    root = DATA.parents[1]
+
+    def flat(path) -> str:
+        return " ".join(path.read_text().split())
+
+    assert (f"= {slope} × delay + {const / 1e6:.2f} ms + {gpu['gpu_forward_ns_per_token']} ns a "
+            f"token + {chunk} on a step with a prefill chunk (median residual "
+            f"{gpu['residual_ms_median']:.2f} ms)") in flat(DATA / "README.md")  # fmt: skip
+    at16 = f"{gpu['intercept_ns']['16'] / 1e6:.2f} ms"
+    assert (f"a decode-only step = {slope} × delay + {at16} at 16 seqs and {chunk} more with a "
+            "prefill chunk") in flat(root / "docs/reference.md")  # fmt: skip
+    assert f"{chunk} a step" in flat(root / "docs/timing.md")
+    token_us = f"{gpu['gpu_forward_ns_per_token'] / 1e3:.2f} us a token"
+    assert f"gives {chunk} for the chunk and {token_us}" in flat(
+        root / "docs/forward-prediction.md"
+    )
