@@ -492,3 +492,16 @@ def test_the_docs_quote_the_committed_gpu_line() -> None:
     assert f"gives {chunk} for the chunk and {token_us}" in flat(
         root / "docs/forward-prediction.md"
     )
+
+
+def test_the_docs_regime_table_is_the_committed_summary() -> None:
+    """docs/forward-prediction.md's table of the criterion on the recorded passes: coverage and
+    the gauge-conditioned score per regime are summary.json's forecast.per_regime."""
+    per = json.loads((FORWARD / "summary.json").read_text())["forecast"]["per_regime"]
+    doc = (DATA.parents[1] / "docs" / "forward-prediction.md").read_text().splitlines()
+    for name in ("CPU-bound", "boundary", "GPU-bound", "overall"):
+        e = per[name]
+        cov = " / ".join(f"{e['coverage'][p]['fraction']:.2f}" for p in ("rate", "step", "entry"))
+        c4 = e["conditional_meets_all"]
+        row = next(x for x in doc if x.startswith(f"| {name} | {e['passes']} | {cov} |"))
+        assert row.endswith(f"| {c4['meets']}/{c4['passes']} ({c4['fraction']:.2f}) |"), row
