@@ -138,6 +138,7 @@ def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds:
         **{f"step_{pop}_ms": _median_ms([p.get(f"step_ns_median_{pop}") for p in per])
            for pop in POPULATIONS},
         "landing": {k: round(sum(p[k] for p in per) / steps, 4) for k in LANDING},
+        "samples": [_sample(p) for p in per],  # one per seed: given_gauge_band's sim part
     }  # fmt: skip
 
 
@@ -189,11 +190,15 @@ def residual(pred: dict[str, Any], obs: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def loo_residuals(table: list[dict[str, Any]], group: str, predicted_regime: str) -> np.ndarray:
+def loo_residuals(table: list[dict[str, Any]], group: str, predicted_regime: str,
+                  by: str = "regime_predicted") -> np.ndarray:  # fmt: skip
     """Residual rows (log_step, entry, log_rate) of every configuration outside ``group``,
-    those forecast in ``predicted_regime`` (all of them where fewer than MIN_RESIDUALS)."""
+    those whose ``by`` regime is ``predicted_regime`` (all of them where fewer than
+    MIN_RESIDUALS): ``regime_predicted`` is the unconditional forecast's regime,
+    ``regime_given_gauge`` the gauge-conditioned one's (a table made before that column
+    existed falls back to the first)."""
     others = [r for r in table if r["group"] != group]
-    same = [r for r in others if r["regime_predicted"] == predicted_regime]
+    same = [r for r in others if r.get(by, r["regime_predicted"]) == predicted_regime]
     use = same if len(same) >= MIN_RESIDUALS else others
     return np.array([[r["log_step"], r["entry"], r["log_rate"]] for r in use], dtype=float)
 
@@ -230,6 +235,40 @@ def predictive(
         return {"lo": float(f"{lo:.6g}"), "mid": float(f"{mid:.6g}"), "hi": float(f"{hi:.6g}")}
 
     return {"rate": band(rate), "step": band(step), "entry": band(entry), "samples": m}
+
+
+def given_gauge_band(cond: dict[str, Any], n_reads: int, residuals: np.ndarray, key: str
+                     ) -> dict[str, Any]:  # fmt: skip
+    """The 90 % interval *given the measured gauge* (docs/forward-prediction.md, "The interval
+    given the gauge"; proposal (ii''), beside the criterion, never instead of it): the
+    conditional forecast's seeds at the gauge's host factor (:func:`conditional`'s
+    ``samples``), each drawn with the same leave-one-group-out residuals as
+    :func:`predictive`. The host spread is gone; what is left is seeds, count noise and the
+    model's error given a gauge, which is what the residuals measure."""
+    return predictive(cond["samples"], n_reads, residuals, config_seed(key + "/given-gauge"))
+
+
+GIVEN_GAUGE_COLUMNS = [f"gc_{p}_{x}" for p in PARTS for x in ("central", "pi_lo", "pi_hi")]
+
+
+def given_gauge_columns(band: dict[str, Any]) -> dict[str, float]:
+    """A :func:`given_gauge_band` as ``gc_<part>_<central|pi_lo|pi_hi>`` columns."""
+    names = {"central": "mid", "pi_lo": "lo", "pi_hi": "hi"}
+    return {f"gc_{p}_{x}": band[p][y] for p in PARTS for x, y in names.items()}
+
+
+def criterion_given_gauge(df: pd.DataFrame) -> dict[str, Any]:
+    """(i) coverage, (ii) sharpness against vLLM's spread within a window and (iii) boundary
+    safety of the interval given the gauge (the ``gc_`` columns): :func:`criterion` on them.
+    (iv) is the same forecast's central value and is reported once, by :func:`criterion`."""
+    view = df.copy()
+    for p in PARTS:
+        for x in ("central", "pi_lo", "pi_hi"):
+            view[f"{p}_{x}"] = df[f"gc_{p}_{x}"]
+    per = criterion(view)
+    for e in per.values():
+        e.pop("conditional_meets_all")
+    return per
 
 
 # -- the criterion ----------------------------------------------------------------------------

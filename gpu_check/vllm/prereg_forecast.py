@@ -88,9 +88,13 @@ def step_matched_factor(sched, sc, policy, step_ms: float, start: float, simulat
     return f1
 
 
-def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.DataFrame:
+def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
+              model_error: list[dict[str, Any]] | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per pass: observed values, the committed intervals, coverage, the
-    gauge-conditioned forecast's verdicts."""
+    gauge-conditioned forecast's verdicts and, given the frozen residuals (``model_error``),
+    its interval (``forecast.given_gauge_band``: the rule of the round's commit, no input
+    from the pass but its gauge)."""
+    from gpu_check.vllm.calibrate import group_name
     from gpu_check.vllm.config import run_config_of
     from gpu_check.vllm.outcome import _json, judge
     from gpu_check.vllm.plan import prepared
@@ -134,6 +138,12 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
         else:
             step_gauge = {"sg_factor": None, "sg_meets_all": None}
         observed = {"rate": obs["rate"], "step": obs["step_ms"], "entry": obs["landing"]["entry"]}
+        if model_error is not None:
+            group = group_name((p["vllm"], p["mode"], p["run_config"]["max_num_seqs"], p["k"]))
+            res = fc.loo_residuals(model_error, group, fc.regime(cond["landing"]["entry"]),
+                                   by="regime_given_gauge")  # fmt: skip
+            key = f"{proc[0]}/{config_key(p)}/r{proc[1]}"
+            step_gauge |= fc.given_gauge_columns(fc.given_gauge_band(cond, obs["reads"], res, key))
         row: dict[str, Any] = {
             "run": p.get("run", ""), "config": p["config"], "rep": p["run_config"]["rep"],
             "pass_group": config_key(p), "regime": fc.regime(observed["entry"]),
@@ -154,10 +164,15 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> pd.Da
     return pd.DataFrame(rows)
 
 
-def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -> dict[str, Any]:
+def forecast_outcome(
+    judged: list[Judged], cal: dict[str, Any], simulate_seed,
+    model_error: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Issue 44's (i)-(iv) per regime on the committed intervals, with the sharpness against
-    the spread between processes beside the one ``vllm-forward`` reports."""
-    df = pass_rows(judged, cal, simulate_seed)
+    the spread between processes beside the one ``vllm-forward`` reports; given the frozen
+    residuals, (i)-(iii) of the interval given the gauge beside them."""
+    df = pass_rows(judged, cal, simulate_seed, model_error)
+    given = {} if model_error is None else {"per_regime_given_gauge": fc.criterion_given_gauge(df)}
     per = fc.criterion(df)
     between = fc.own_spread(df, between_runs=True)
     wid = fc.widths(df)
@@ -174,6 +189,7 @@ def forecast_outcome(judged: list[Judged], cal: dict[str, Any], simulate_seed) -
         "gauge_from": {k: int(n) for k, n in df["gauge_from"].value_counts().items()},
         "step_gauge": step_gauge_score(df),
         "per_population_step": fc.per_population_score(df[df["cond_meets_all_pop"].notna()]),
+        **given,
         "passes_table": df.round(6).to_dict("records"),
     }
 
@@ -236,10 +252,13 @@ def score_forecast(judged: list[Judged], preds: dict[str, Any], prereg: Path
     path = calibration_of(prereg, preds)
     try:
         data = path.read_bytes()
-        cal = json.loads(data)["calibration"]
+        frozen = json.loads(data)
+        cal = frozen["calibration"]
     except (OSError, ValueError, KeyError) as e:
         raise SpecraceError(f"{path}: no calibration for the conditional forecast ({e})") from None
     # the file is named by its path; its hash says which version scored (iv)
-    return forecast_outcome(mine, cal, simulate_seed) | {
+    # a round frozen with the forecast's residuals gets the interval given the gauge too
+    model_error = (frozen.get("forecast") or {}).get("model_error")
+    return forecast_outcome(mine, cal, simulate_seed, model_error) | {
         "calibration": str(path), "calibration_sha256": hashlib.sha256(data).hexdigest(),
     }  # fmt: skip

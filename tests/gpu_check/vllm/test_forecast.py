@@ -301,3 +301,45 @@ def test_sims_step_populations_split_every_step_it_ran(boundary_config) -> None:
     assert got["step_ns_median_decode"] == float(np.median(dec)) and len(dec) > 20
     assert got["step_ns_median_prefill"] is not None
     assert got["step_ns_median_decode"] < got["step_ns_median_prefill"]
+
+
+def test_the_interval_given_the_gauge_is_the_criterion_on_its_own_columns() -> None:
+    df = _table()
+    # the given-gauge columns: the rate interval covers every pass, the step interval none
+    given_cols = {"rate_pi_lo": 0.0, "rate_pi_hi": 1.0, "step_central": 50.0,
+                  "step_pi_lo": 40.0, "step_pi_hi": 60.0, "entry_pi_lo": 0.0,
+                  "entry_pi_hi": 1.0, "rate_central": 0.01, "entry_central": 0.5}  # fmt: skip
+    for x, v in given_cols.items():
+        df["gc_" + x] = v
+    given, plain = fc.criterion_given_gauge(df), fc.criterion(df)
+    assert given["overall"]["coverage"]["rate"]["covered"] == 10
+    assert given["overall"]["coverage"]["step"]["covered"] == 0
+    assert plain["overall"]["coverage"]["step"]["covered"] == 8  # the unconditional columns
+    # sharpness against the same vLLM spread, with the given-gauge width (1.0 wide)
+    s = given["CPU-bound"]["sharpness"]["rate"]
+    assert s["median_width"] == 1.0
+    assert s["vllm_spread_width"] == plain["CPU-bound"]["sharpness"]["rate"]["vllm_spread_width"]
+    assert given["boundary"]["safety"]["above_upper"] == 0
+    # (iv) is the conditional forecast's central value: reported once, by the criterion
+    assert all("conditional_meets_all" not in e for e in given.values())
+    assert "conditional_meets_all" in plain["overall"]
+
+
+def test_the_interval_given_the_gauge_is_the_seeds_at_the_gauges_factor(boundary_config) -> None:
+    from gpu_check.vllm.forward import simulate_seed
+
+    _raw, sc, sched, policy = boundary_config
+    cond = fc.conditional(sched, sc, policy, None, simulate_seed, seeds=3, factor=1.2)
+    assert len(cond["samples"]) == 3
+    # the samples are the seeds the central forecast pooled
+    assert sum(s["wrong"] for s in cond["samples"]) == cond["wrong"]
+    n = cond["samples"][0]["reads"]
+    none = np.zeros((0, 3))
+    given = fc.given_gauge_band(cond, n, none, "k")
+    assert given == fc.given_gauge_band(cond, n, none, "k")  # deterministic
+    # the whole host spread around the same point is wider than its one factor
+    spread = fc.predictive(
+        fc.sim_samples(sched, sc, policy, [0.85, 1.2, 1.35], 3, simulate_seed), n, none, 1
+    )
+    assert _width(spread, "step") > 2 * _width(given, "step")
+    assert fc.given_gauge_columns(given)["gc_step_pi_hi"] == given["step"]["hi"]

@@ -505,3 +505,20 @@ def test_the_docs_regime_table_is_the_committed_summary() -> None:
         c4 = e["conditional_meets_all"]
         row = next(x for x in doc if x.startswith(f"| {name} | {e['passes']} | {cov} |"))
         assert row.endswith(f"| {c4['meets']}/{c4['passes']} ({c4['fraction']:.2f}) |"), row
+
+
+def test_the_docs_given_gauge_table_is_the_committed_summary() -> None:
+    """docs/forward-prediction.md's table of the interval given the gauge: coverage, width over
+    vLLM's spread and boundary safety per regime are summary.json's per_regime_given_gauge."""
+    per = json.loads((FORWARD / "summary.json").read_text())["forecast"]["per_regime_given_gauge"]
+    doc = (DATA.parents[1] / "docs" / "forward-prediction.md").read_text().splitlines()
+    parts = ("rate", "step", "entry")
+    for name in ("CPU-bound", "boundary", "GPU-bound", "overall"):
+        e = per[name]
+        cov = " / ".join(f"{e['coverage'][p]['fraction']:.2f}" for p in parts)
+        sh = e.get("sharpness")
+        wid = " / ".join(
+            "n/a" if sh[p]["ratio"] is None else f"{sh[p]['ratio']:.2f}" for p in parts
+        ) if sh else "-"  # fmt: skip
+        safe = f"{e['safety']['above_upper']}/{e['safety']['passes']}" if "safety" in e else "-"
+        assert f"| {name} | {e['passes']} | {cov} | {wid} | {safe} |" in doc, name
