@@ -79,7 +79,8 @@ def band_lines(rep: RiskReport) -> list[str]:
         lines.append(
             f"  at the CPU/GPU boundary: up to the CPU-bound rate, {b.cpu_bound.per_10k:.1f} "
             f"[{b.cpu_bound.per_10k_lo:.1f}, {b.cpu_bound.per_10k_hi:.1f}] per 10,000 (the model "
-            "under-calls the boundary: docs/forward-prediction.md)"
+            "misses the landing there both ways, even given the host's gauge: "
+            "docs/forward-prediction.md)"
         )  # fmt: skip
     else:
         lines.append(f"  CPU-bound rate (a host slow enough): {b.cpu_bound.per_10k:.1f} per 10,000")

@@ -23,9 +23,12 @@ factor ``g / (worker_sample_tokens_ns / 1e6)``.
 **The CPU-bound rate**: the rate with every GPU duration zero, so each step's copy has landed
 before the CPU reads it (the copy-at-entry regime of the records): the most this path corrupts
 however slow the host. Where the band touches the boundary (some plausible host speed exposes
-and some does not, or a rate between), the band's top is that rate: the records show the model
-under-calls the boundary (issue #44: 17 of 18 boundary rows predicted low), so "up to the
-CPU-bound rate" is the safe statement.
+and some does not, or a rate between), the band's top is that rate. At the boundary the
+records show the model missing the landing both ways: 17 of 18 boundary rows predicted low
+before the host spread and the GPU's prefill step were modelled (issue #44), and, given the
+pass's own gauge, 5 of 33 boundary passes still above the interval's top
+(docs/forward-prediction.md, "The interval given the gauge"). So "up to the CPU-bound rate"
+is the safe statement.
 """
 
 from __future__ import annotations
