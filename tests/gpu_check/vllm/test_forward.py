@@ -522,3 +522,18 @@ def test_the_docs_given_gauge_table_is_the_committed_summary() -> None:
         ) if sh else "-"  # fmt: skip
         safe = f"{e['safety']['above_upper']}/{e['safety']['passes']}" if "safety" in e else "-"
         assert f"| {name} | {e['passes']} | {cov} | {wid} | {safe} |" in doc, name
+
+
+def test_the_given_gauge_intervals_boundary_misses_are_forward_23_and_24s() -> None:
+    """docs/forward-prediction.md: the passes above the given-gauge interval's top at the
+    boundary are all forward-23's and forward-24's; the other records' are inside but one."""
+    df = pd.read_csv(FORWARD / "forward.csv")
+    b = df[df["regime"] == "boundary"]
+    above = b["rate_observed"] > b["gc_rate_pi_hi"]
+    inside = (b["gc_rate_pi_lo"] <= b["rate_observed"]) & ~above
+    rounds = b["run"].str.match(r"forward-2[34]/")
+    assert above.sum() == above[rounds].sum()
+    flat = " ".join((DATA.parents[1] / "docs" / "forward-prediction.md").read_text().split())
+    assert f"all {above.sum()} of the boundary passes above the upper end are theirs" in flat
+    assert (f"of the other records' {(~rounds).sum()} boundary passes, {inside[~rounds].sum()} "
+            f"have the rate inside and none lie above") in flat  # fmt: skip

@@ -312,11 +312,11 @@ def test_forward_25s_frozen_calibration_is_the_one_its_predictions_were_made_on(
     assert {k: v for k, v in frozen.items() if k != JSON_KEY} == json.loads(then)
 
 
-@pytest.mark.parametrize("name,disagree", [("forward-26", 2), ("forward-27", 0)])
+@pytest.mark.parametrize("name,disagree", [("forward-26", 2), ("forward-27", 0), ("forward-28", 1)])
 def test_a_one_process_rounds_outcome_is_the_one_its_readme_states(name, disagree):
-    """forward-26's and forward-27's tables in data/vllm/preregistered/README.md are their
-    outcome.json's, per regime, with (ii) within a process only (one process per release), and
-    the read-for-read counts each quotes are its exports' agreement.json."""
+    """forward-26's, forward-27's and forward-28's tables in data/vllm/preregistered/README.md
+    are their outcome.json's, per regime, with (ii) within a process only (one process per
+    release), and the read-for-read counts each quotes are its exports' agreement.json."""
     doc = json.loads((REPO / PREREG / name / "outcome.json").read_text())
     section = _outcome_section(name)
     fc = doc["forecast"]["per_regime"]
@@ -365,6 +365,36 @@ def test_the_rescored_rounds_are_the_ones_the_docs_state():
             f"| {got['overall']} / {got['passes']} (CPU-bound {got['CPU-bound']}, boundary "
             f"{got['boundary']}, GPU-bound {got['GPU-bound']}) |"
         ), row
+
+
+@pytest.mark.slow
+def test_the_given_gauge_interval_on_the_h100_rounds_is_the_one_the_docs_state():
+    """scripts/rescore_round.py on forward-25 to forward-27 and forward-28's outcome.json:
+    docs/forward-prediction.md's table of the interval given the gauge and the four-round sums."""
+    import runpy
+
+    script = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
+    doc = (REPO / "docs" / "forward-prediction.md").read_text()
+    parts = ("rate", "step", "entry")
+    inside, above, passes, bpasses = [0, 0, 0], 0, 0, 0
+    for name in ("forward-25", "forward-26", "forward-27", "forward-28"):
+        if name == "forward-28":  # pre-registered: its own outcome
+            fc = json.loads((REPO / PREREG / name / "outcome.json").read_text())["forecast"]
+        else:
+            fc = script["forecast_on"](REPO / PREREG / name, REPO / "data" / "vllm" / name)
+        per = fc["per_regime_given_gauge"]
+        cov = [per["overall"]["coverage"][p]["covered"] for p in parts]
+        n, safe = per["overall"]["passes"], per["boundary"]["safety"]
+        cells = f"{' / '.join(map(str, cov))} of {n}"
+        if name == "forward-28":
+            assert f"{cells} inside" in " ".join(doc.split())
+        else:
+            assert f"| {name} | {cells} | {safe['above_upper']} of {safe['passes']} |" in doc
+        inside = [a + b for a, b in zip(inside, cov, strict=True)]
+        above, passes, bpasses = above + safe["above_upper"], passes + n, bpasses + safe["passes"]
+    flat = " ".join(doc.split())
+    assert f"{' / '.join(map(str, inside))} of {passes}" in flat
+    assert f"{above} of {bpasses} boundary passes above" in flat
 
 
 def test_the_docs_quote_forward_27s_outcome():
