@@ -537,3 +537,15 @@ def test_the_given_gauge_intervals_boundary_misses_are_forward_23_and_24s() -> N
     assert f"all {above.sum()} of the boundary passes above the upper end are theirs" in flat
     assert (f"of the other records' {(~rounds).sum()} boundary passes, {inside[~rounds].sum()} "
             f"have the rate inside and none lie above") in flat  # fmt: skip
+
+
+def test_the_committed_host_spread_is_the_one_the_committed_records_give() -> None:
+    """Importing a round adds pure passes under data/vllm, and vllm-forward's host factors come
+    from every one of them: a table not regenerated after an import fails here, not silently."""
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.gauge_evidence import gauge_rows
+
+    host = json.loads((FORWARD / "summary.json").read_text())["forecast"]["host"]
+    ratios = fc.host_ratios(gauge_rows([DATA]))
+    assert host["ratio_passes"] == len(ratios)
+    assert host["factors"] == fc.host_factors(ratios)
