@@ -503,7 +503,8 @@ def regime_markdown(rep: dict[str, Any]) -> str:
     given = rep["forecast"].get("per_regime_given_gauge")
     if given:
         lines += ["", "The interval given the pass's gauge (sim's seeds at the gauge's host "
-                  "factor with the same residuals; proposed, beside the criterion):", "",
+                  "factor, with leave-one-group-out residuals of the conditional forecasts in "
+                  "its regime; proposed, beside the criterion):", "",
                   *regime_rows(given)]  # fmt: skip
     return "\n".join(lines) + "\n"
 
