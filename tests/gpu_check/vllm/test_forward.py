@@ -549,3 +549,24 @@ def test_the_committed_host_spread_is_the_one_the_committed_records_give() -> No
     ratios = fc.host_ratios(gauge_rows([DATA]))
     assert host["ratio_passes"] == len(ratios)
     assert host["factors"] == fc.host_factors(ratios)
+
+
+def test_the_window_jitter_table_is_the_scripts() -> None:
+    """docs/forward-prediction.md's forward-28 table of the host's spread per window is what
+    scripts/window_jitter.py computes from the committed raw records."""
+    import runpy
+
+    root = DATA.parents[1]
+    got = runpy.run_path(str(root / "scripts" / "window_jitter.py"))["table"]()
+    doc = (root / "docs" / "forward-prediction.md").read_text()
+
+    def cells(*labels: str) -> str:
+        return "; ".join(", ".join(f"{x:.3f}" for x in got[label]) for label in labels)
+
+    h200 = cells("H200 calibration 0.24.0", "H200 calibration 0.33.0")
+    assert f"| H200, the calibration's (0.24.0; 0.33.0) | {h200} |" in doc
+    for r in ("forward-26", "forward-27", "forward-28"):
+        row = cells(f"H100 {r} 0.24.0", f"H100 {r} 0.33.0")
+        assert f"| H100 {r}{' (0.24.0; 0.33.0)' if r == 'forward-26' else ''} | {row} |" in doc
+    low = max(got["H100 forward-28 0.24.0"] + got["H100 forward-28 0.33.0"])
+    assert low < min(x for k, v in got.items() if "forward-28" not in k for x in v)
