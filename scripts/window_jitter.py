@@ -10,6 +10,9 @@ landed at entry, at the full batch, without the steps over 1.25 x the median (sl
 is calibrate's statistic with a simpler slow-phase cut, so it is computed the same way on every
 pass here, calibration included.
 
+Then it runs the obvious what-if on forward-28 (``what_if``): sim given the round's gauge with
+the calibration's host jitter at a quarter, the entry share per configuration beside vLLM's.
+
     python scripts/window_jitter.py
 
 docs/forward-prediction.md ("forward-28") quotes it.
@@ -54,9 +57,47 @@ def table() -> dict[str, list[float]]:
     }  # fmt: skip
 
 
+def what_if(scale: float = 0.25) -> list[dict[str, float | str]]:
+    """forward-28's 0.24.0 align configurations (first round): vLLM's entry share against sim's
+    given the round's gauge (the factor ``vllm-outcome`` used), with the frozen calibration's
+    host jitter as it is and times ``scale``. Nothing is written."""
+    import json
+    from dataclasses import replace
+
+    from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm.config import run_config_of
+    from gpu_check.vllm.forward import simulate_seed
+    from gpu_check.vllm.plan import prepared
+
+    pre = DATA / "preregistered" / "forward-28"
+    preds = json.loads((pre / "predictions.json").read_text())
+    cal = json.loads((pre / "calibration.json").read_text())["calibration"]
+    passes = json.loads((pre / "outcome.json").read_text())["forecast"]["passes_table"]
+    rows: list[dict[str, float | str]] = []
+    for c in preds["configs"]:
+        if c["run_config"]["rep"] or c["mode"] != "align" or c["vllm"] != "0.24.0":
+            continue
+        p = next(r for r in passes if r["run"] == c["run"] and r["config"] == c["config"]
+                 and r["pass_group"].split("/")[1] == "align")  # fmt: skip
+        sched, sc, policy = prepared(c["vllm"], "align", run_config_of(c["run_config"]), cal,
+                                     c["k"])  # fmt: skip
+        row: dict[str, float | str] = {"config": c["config"], "vllm": p["entry_observed"]}
+        for name, k in (("sim", 1.0), ("sim_scaled", scale)):
+            t = replace(sc.timing, jitter_frac=sc.timing.jitter_frac * k)
+            cond = fc.conditional(sched, replace(sc, timing=t), policy, None, simulate_seed,
+                                  factor=p["cond_factor"])  # fmt: skip
+            row[name] = cond["landing"]["entry"]
+        rows.append(row)
+    return rows
+
+
 def main() -> int:
     for label, xs in table().items():
         print(f"{label}: {', '.join(f'{x:.3f}' for x in xs)}")
+    print("forward-28, 0.24.0 align, entry share: vLLM / sim given the gauge / sim with the "
+          "host jitter x 0.25")  # fmt: skip
+    for r in what_if():
+        print(f"  {r['config']}: {r['vllm']:.2f} / {r['sim']:.2f} / {r['sim_scaled']:.2f}")
     return 0
 
 

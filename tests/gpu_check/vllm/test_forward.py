@@ -570,3 +570,8 @@ def test_the_window_jitter_table_is_the_scripts() -> None:
         assert f"| H100 {r}{' (0.24.0; 0.33.0)' if r == 'forward-26' else ''} | {row} |" in doc
     low = max(got["H100 forward-28 0.24.0"] + got["H100 forward-28 0.33.0"])
     assert low < min(x for k, v in got.items() if "forward-28" not in k for x in v)
+    # the what-if: sim given the gauge at a quarter of the calibration's host jitter
+    rows = runpy.run_path(str(root / "scripts" / "window_jitter.py"))["what_if"]()
+    by = {r["config"]: f"{r['vllm']:.2f} / {r['sim']:.2f} / {r['sim_scaled']:.2f}" for r in rows}
+    delays = ("11", "13", "14.5", "15.5", "17")
+    assert "| entry share | " + " | ".join(by[f"s16_d{d}ms"] for d in delays) + " |" in doc
