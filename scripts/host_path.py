@@ -15,6 +15,11 @@ the pass's host speed (the path itself moved).
 
     python scripts/host_path.py [data/vllm]
 
+Given a pre-registered round and its runs, it prints the same populations for the round's
+0.24.0 align passes (first round), sim given the round's gauge (:func:`round_table`):
+
+    python scripts/host_path.py data/vllm/preregistered/forward-28 data/vllm/forward-28
+
 docs/forward-prediction.md ("GPU-bound landing at entry: the pass's host path") quotes it.
 """
 
@@ -101,9 +106,37 @@ def table(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def round_table(prereg: Path, runs: Path, vllm: str = "0.24.0") -> pd.DataFrame:
+    """A pre-registered round's align passes of ``vllm``'s first round: the same populations,
+    vLLM's against sim's given the round's gauge (the factor ``vllm-outcome`` used, on the
+    frozen calibration)."""
+    from gpu_check.vllm.config import run_config_of
+    from gpu_check.vllm.plan import prepared
+    from sim.resolve.host_band import scale_host
+
+    preds = json.loads((prereg / "predictions.json").read_text())
+    cal = json.loads((prereg / "calibration.json").read_text())["calibration"]
+    passes = json.loads((prereg / "outcome.json").read_text())["forecast"]["passes_table"]
+    rows = []
+    for c in preds["configs"]:
+        if c["run_config"]["rep"] or c["mode"] != "align" or c["vllm"] != vllm:
+            continue
+        p = next(r for r in passes if r["run"] == c["run"] and r["config"] == c["config"]
+                 and r["pass_group"].split("/")[1] == "align")  # fmt: skip
+        v = vllm_path(load_raw(runs / c["run"] / "raw" / f"raw_align_{c['config']}.json.gz"))
+        sched, sc, policy = prepared(vllm, "align", run_config_of(c["run_config"]), cal, c["k"])
+        s = sim_path(sched, scale_host(sc.timing, p["cond_factor"]), policy)
+        rows.append({"pass": c["config"], **by_population(v),
+                     **{f"sim_{k}": x for k, x in by_population(s).items()}})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
 def main(argv: list[str]) -> int:
-    root = Path(argv[0] if argv else "data/vllm")
     with pd.option_context("display.width", 250, "display.max_columns", 20):
+        if len(argv) == 2:  # a pre-registered round and its runs
+            print(round_table(Path(argv[0]), Path(argv[1])).round(3).to_string(index=False))
+            return 0
+        root = Path(argv[0] if argv else "data/vllm")
         print(table(root).round(3).to_string(index=False))
     return 0
 

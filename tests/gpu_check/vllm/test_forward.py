@@ -575,3 +575,21 @@ def test_the_window_jitter_table_is_the_scripts() -> None:
     by = {r["config"]: f"{r['vllm']:.2f} / {r['sim']:.2f} / {r['sim_scaled']:.2f}" for r in rows}
     delays = ("11", "13", "14.5", "15.5", "17")
     assert "| entry share | " + " | ".join(by[f"s16_d{d}ms"] for d in delays) + " |" in doc
+
+
+def test_forward_28s_host_path_table_is_the_scripts() -> None:
+    """docs/forward-prediction.md's forward-28 host-path table is scripts/host_path.py's
+    round table: vLLM's and sim's landing at entry after each population, and the host path."""
+    import runpy
+
+    root = DATA.parents[1]
+    t = runpy.run_path(str(root / "scripts" / "host_path.py"))["round_table"](
+        DATA / "preregistered" / "forward-28", DATA / "forward-28"
+    )
+    doc = (root / "docs" / "forward-prediction.md").read_text()
+    for r in t.to_dict("records"):
+        delay = r["pass"].removeprefix("s16_d").removesuffix("ms")
+        row = (f"| {delay} ms | {r['entry_decode']:.2f} / {r['sim_entry_decode']:.2f} "
+               f"| {r['entry_prefill']:.2f} / {r['sim_entry_prefill']:.2f} "
+               f"| {r['path_prefill_ms']:.2f} / {r['sim_path_prefill_ms']:.2f} |")  # fmt: skip
+        assert row in doc, row
