@@ -593,3 +593,12 @@ def test_forward_28s_host_path_table_is_the_scripts() -> None:
                f"| {r['entry_prefill']:.2f} / {r['sim_entry_prefill']:.2f} "
                f"| {r['path_prefill_ms']:.2f} / {r['sim_path_prefill_ms']:.2f} |")  # fmt: skip
         assert row in doc, row
+    # the earlier rounds the section quotes
+    flat = " ".join(doc.split())
+    f26 = runpy.run_path(str(root / "scripts" / "host_path.py"))["round_table"](
+        DATA / "preregistered" / "forward-26", DATA / "forward-26"
+    ).set_index("pass")
+    later = f26.loc[["s16_d12ms", "s16_d14ms", "s16_d16ms", "s16_d20ms"], "path_prefill_ms"]
+    assert (f"{f26.loc['s16_d0ms', 'path_prefill_ms']:.2f} ms at 0 ms and "
+            f"{later.min():.2f}-{later.max():.2f} ms at 12-20 ms") in flat  # fmt: skip
+    assert f"where sim lands {f26.loc['s16_d14ms', 'sim_entry_prefill']:.2f}" in flat
