@@ -242,9 +242,11 @@ def given_gauge_band(cond: dict[str, Any], n_reads: int, residuals: np.ndarray, 
     """The 90 % interval *given the measured gauge* (docs/forward-prediction.md, "The interval
     given the gauge"; proposal (ii''), beside the criterion, never instead of it): the
     conditional forecast's seeds at the gauge's host factor (:func:`conditional`'s
-    ``samples``), each drawn with the same leave-one-group-out residuals as
-    :func:`predictive`. The host spread is gone; what is left is seeds, count noise and the
-    model's error given a gauge, which is what the residuals measure."""
+    ``samples``), each drawn by :func:`predictive` with leave-one-group-out ``residuals``
+    (``vllm-forward`` and ``vllm-outcome`` pass those of the conditional forecasts in its
+    regime: ``loo_residuals(..., by="regime_given_gauge")``). The host spread is gone; what
+    is left is seeds, count noise and the model's error given a gauge, which the residuals
+    measure."""
     return predictive(cond["samples"], n_reads, residuals, config_seed(key + "/given-gauge"))
 
 

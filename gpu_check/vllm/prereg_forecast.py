@@ -138,12 +138,13 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
         else:
             step_gauge = {"sg_factor": None, "sg_meets_all": None}
         observed = {"rate": obs["rate"], "step": obs["step_ms"], "entry": obs["landing"]["entry"]}
+        given: dict[str, float] = {}
         if model_error is not None:
             group = group_name((p["vllm"], p["mode"], p["run_config"]["max_num_seqs"], p["k"]))
             res = fc.loo_residuals(model_error, group, fc.regime(cond["landing"]["entry"]),
                                    by="regime_given_gauge")  # fmt: skip
             key = f"{proc[0]}/{config_key(p)}/r{proc[1]}"
-            step_gauge |= fc.given_gauge_columns(fc.given_gauge_band(cond, obs["reads"], res, key))
+            given = fc.given_gauge_columns(fc.given_gauge_band(cond, obs["reads"], res, key))
         row: dict[str, Any] = {
             "run": p.get("run", ""), "config": p["config"], "rep": p["run_config"]["rep"],
             "pass_group": config_key(p), "regime": fc.regime(observed["entry"]),
@@ -153,7 +154,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
             "cond_entry": cond["landing"]["entry"], "cond_rate_ok": v["rate_ok"],
             "cond_step_ok": v["step_ok"], "cond_landing_ok": v["landing_ok"],
             "rate_observed": observed["rate"], "step_ms_observed": observed["step"],
-            "entry_observed": observed["entry"], **step_gauge,
+            "entry_observed": observed["entry"], **step_gauge, **given,
             **fc.population_columns(cond, observed_populations(folder), v),
         }  # fmt: skip
         for part in fc.PARTS:
@@ -254,7 +255,7 @@ def score_forecast(judged: list[Judged], preds: dict[str, Any], prereg: Path
         data = path.read_bytes()
         frozen = json.loads(data)
         cal = frozen["calibration"]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise SpecraceError(f"{path}: no calibration for the conditional forecast ({e})") from None
     # the file is named by its path; its hash says which version scored (iv)
     # a round frozen with the forecast's residuals gets the interval given the gauge too

@@ -442,3 +442,14 @@ def test_forward_27s_intervals_split_into_host_spread_and_model_error():
     for variant in ("full", "host_only", "resid_only"):
         cells = " / ".join(f"{v:.3f}" for v in share.loc[variant])
         assert f"| {cells} |" in section, (variant, cells)
+
+
+def test_a_calibration_that_is_no_mapping_is_one_clear_error(tmp_path):
+    """vllm-outcome's frozen calibration.json holding a JSON list, not an object: a
+    SpecraceError naming the file (one line at the CLI), not a TypeError's traceback."""
+    from gpu_check.vllm.prereg_forecast import score_forecast
+    from sim.errors import SpecraceError
+
+    (tmp_path / "calibration.json").write_text("[1, 2]")
+    with pytest.raises(SpecraceError, match="calibration.json: no calibration"):
+        score_forecast([({"forecast": {}}, {}, tmp_path)], {}, tmp_path)
