@@ -357,6 +357,8 @@ def test_the_rescored_rounds_are_the_ones_the_docs_state():
 
     script = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
     doc = (REPO / "docs" / "forward-prediction.md").read_text()
+    doc = doc[doc.index("### forward-26:") :]  # its section: other tables have such rows too
+    doc = doc[: doc.index("\n### ", 4)]
     for name in ("forward-25", "forward-26"):
         got = script["rescore"](REPO / PREREG / name, REPO / "data" / "vllm" / name,
                                 REPO / script["CALIBRATION"])  # fmt: skip
