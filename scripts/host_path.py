@@ -110,21 +110,12 @@ def round_table(prereg: Path, runs: Path, vllm: str = "0.24.0") -> pd.DataFrame:
     """A pre-registered round's align passes of ``vllm``'s first round: the same populations,
     vLLM's against sim's given the round's gauge (the factor ``vllm-outcome`` used, on the
     frozen calibration)."""
-    from gpu_check.vllm.config import run_config_of
-    from gpu_check.vllm.plan import prepared
+    from gpu_check.vllm.prereg_forecast import first_round_passes
     from sim.resolve.host_band import scale_host
 
-    preds = json.loads((prereg / "predictions.json").read_text())
-    cal = json.loads((prereg / "calibration.json").read_text())["calibration"]
-    passes = json.loads((prereg / "outcome.json").read_text())["forecast"]["passes_table"]
     rows = []
-    for c in preds["configs"]:
-        if c["run_config"]["rep"] or c["mode"] != "align" or c["vllm"] != vllm:
-            continue
-        p = next(r for r in passes if r["run"] == c["run"] and r["config"] == c["config"]
-                 and r["pass_group"].split("/")[1] == "align")  # fmt: skip
+    for c, p, (sched, sc, policy) in first_round_passes(prereg, vllm):
         v = vllm_path(load_raw(runs / c["run"] / "raw" / f"raw_align_{c['config']}.json.gz"))
-        sched, sc, policy = prepared(vllm, "align", run_config_of(c["run_config"]), cal, c["k"])
         s = sim_path(sched, scale_host(sc.timing, p["cond_factor"]), policy)
         rows.append({"pass": c["config"], **by_population(v),
                      **{f"sim_{k}": x for k, x in by_population(s).items()}})  # fmt: skip

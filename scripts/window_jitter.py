@@ -61,26 +61,15 @@ def what_if(scale: float = 0.25) -> list[dict[str, float | str]]:
     """forward-28's 0.24.0 align configurations (first round): vLLM's entry share against sim's
     given the round's gauge (the factor ``vllm-outcome`` used), with the frozen calibration's
     host jitter as it is and times ``scale``. Nothing is written."""
-    import json
     from dataclasses import replace
 
     from gpu_check.vllm import forecast as fc
-    from gpu_check.vllm.config import run_config_of
     from gpu_check.vllm.forward import simulate_seed
-    from gpu_check.vllm.plan import prepared
+    from gpu_check.vllm.prereg_forecast import first_round_passes
 
-    pre = DATA / "preregistered" / "forward-28"
-    preds = json.loads((pre / "predictions.json").read_text())
-    cal = json.loads((pre / "calibration.json").read_text())["calibration"]
-    passes = json.loads((pre / "outcome.json").read_text())["forecast"]["passes_table"]
     rows: list[dict[str, float | str]] = []
-    for c in preds["configs"]:
-        if c["run_config"]["rep"] or c["mode"] != "align" or c["vllm"] != "0.24.0":
-            continue
-        p = next(r for r in passes if r["run"] == c["run"] and r["config"] == c["config"]
-                 and r["pass_group"].split("/")[1] == "align")  # fmt: skip
-        sched, sc, policy = prepared(c["vllm"], "align", run_config_of(c["run_config"]), cal,
-                                     c["k"])  # fmt: skip
+    for c, p, (sched, sc, policy) in first_round_passes(DATA / "preregistered" / "forward-28",
+                                                        "0.24.0"):  # fmt: skip
         row: dict[str, float | str] = {"config": c["config"], "vllm": p["entry_observed"]}
         for name, k in (("sim", 1.0), ("sim_scaled", scale)):
             t = replace(sc.timing, jitter_frac=sc.timing.jitter_frac * k)

@@ -195,6 +195,27 @@ def forecast_outcome(
     }
 
 
+def first_round_passes(prereg: Path, vllm: str, mode: str = "align") -> list[tuple]:
+    """A scored round's passes of ``vllm`` and ``mode`` in its first round: per configuration,
+    its prediction, its row of ``outcome.json``'s ``passes_table`` (``cond_factor`` is the
+    gauge's host factor it was scored at) and sim prepared on the frozen calibration
+    (``sched, sc, policy``). For scripts that look again at a round; nothing is written."""
+    from gpu_check.vllm.config import run_config_of
+    from gpu_check.vllm.plan import prepared
+
+    preds = json.loads((prereg / "predictions.json").read_text())
+    cal = json.loads((prereg / "calibration.json").read_text())["calibration"]
+    passes = json.loads((prereg / "outcome.json").read_text())["forecast"]["passes_table"]
+    out = []
+    for c in preds["configs"]:
+        if c["run_config"]["rep"] or c["mode"] != mode or c["vllm"] != vllm:
+            continue
+        row = next(r for r in passes if r["run"] == c["run"] and r["config"] == c["config"]
+                   and r["pass_group"].split("/")[1] == mode)  # fmt: skip
+        out.append((c, row, prepared(vllm, mode, run_config_of(c["run_config"]), cal, c["k"])))
+    return out
+
+
 def observed_populations(folder: Path) -> dict[str, Any] | None:
     """vLLM's steps of the pass exported at ``folder`` split by prefill chunk
     (``gauge.step_populations``), from its raw record beside the exports; None without one."""
