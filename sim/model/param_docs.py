@@ -229,6 +229,11 @@ DOCS: dict[str, ParamDoc] = {
                                         "measure them (docs/timing.md §7)")),
     "timing.worker_slow_factor": _P("factor", "how much slower every worker duration of a slow "
                                     "step is", prior("1: as calibrated")),
+    "timing.worker_slow_persistence": _P("fraction", "how slow phases cluster: the lag-1 "
+                                         "autocorrelation of a step being slow (0: each step "
+                                         "drawn on its own)",
+                                         prior("0; vllm-forward's timing files measure it "
+                                               "(docs/timing.md §7)")),
     "timing.jitter_frac": _P("fraction", "every duration is mean * (1 + U[-f, f])",
                              prior("±30 %; the race needs jitter in the "
                                    "balanced regime, docs/mechanism.md §8")),

@@ -245,6 +245,9 @@ class TimingParams:
     # step is worker_slow_factor times its mean (vLLM's records: all host spans at once).
     worker_slow_prob: float = 0.0
     worker_slow_factor: float = 1.0
+    # How slow phases cluster: the lag-1 autocorrelation of "this step is slow" (0: each step
+    # drawn on its own; vLLM's records: phases of tens of steps in some passes, none in others).
+    worker_slow_persistence: float = 0.0
     jitter_frac: float = 0.3
     # The GPU's durations' own jitter; -1: the same as jitter_frac (every actor alike).
     gpu_jitter_frac: float = -1.0
@@ -265,6 +268,8 @@ class TimingParams:
             raise ValueError("timing.worker_stall_prob must be in [0, 1]")
         if not 0.0 <= self.worker_slow_prob <= 1.0:
             raise ValueError("timing.worker_slow_prob must be in [0, 1]")
+        if not 0.0 <= self.worker_slow_persistence < 1.0:
+            raise ValueError("timing.worker_slow_persistence must be in [0, 1)")
         if not 0.0 < self.worker_slow_factor <= 100.0:
             raise ValueError("timing.worker_slow_factor must be in (0, 100]")
 

@@ -125,6 +125,36 @@ def slow_uniforms(seed: int, n_steps: int) -> np.ndarray:
     return uniform(seed, np.arange(n_steps, dtype=np.int64), Actor.SLOW, 0)
 
 
+def slow_phases(u: np.ndarray, prob, persistence) -> np.ndarray:
+    """Whether the host is in a slow phase at each step: a two-state chain over the steps'
+    uniforms ``u`` (:func:`slow_uniforms`). Its share of slow steps is ``prob`` and its lag-1
+    autocorrelation ``persistence`` (rho): step N is slow when ``u[N] < prob + rho (1 - prob)``
+    after a slow step and ``u[N] < prob (1 - rho)`` after another, so a phase lasts ``1 / ((1 -
+    prob)(1 - rho))`` steps on average. At rho = 0 both thresholds are ``prob`` and this is
+    ``u < prob`` bit for bit (independent steps). ``prob`` and ``persistence`` are numbers or
+    arrays over timing points; the result is ``(steps,)`` or ``(steps, points)``."""
+    u = np.asarray(u, dtype=np.float64)
+    p = np.asarray(prob, dtype=np.float64)
+    rho = np.asarray(persistence, dtype=np.float64)
+    shape = np.broadcast(p, rho).shape
+    if not np.any(rho):  # independent steps, vectorized
+        flags = u.reshape(-1, *(1,) * len(shape)) < p
+        return np.broadcast_to(flags, (len(u), *shape)).copy()
+    stay, enter = p + rho * (1.0 - p), p * (1.0 - rho)
+    if not shape:  # one point: a plain loop over Python floats
+        s, e, prev, chain = float(stay), float(enter), False, []
+        for un in u.tolist():
+            prev = un < (s if prev else e)
+            chain.append(prev)
+        return np.asarray(chain, dtype=bool)
+    out = np.zeros((len(u), *shape), dtype=bool)
+    at = np.zeros(shape, dtype=bool)
+    for n, un in enumerate(u):
+        at = un < np.where(at, stay, enter)
+        out[n] = at
+    return out
+
+
 def slowed_ns(mean_ns, scale):
     """A worker mean in a step of host speed ``scale`` (1.0: as calibrated): ``int(mean *
     scale)``, the same float ops in both tiers (``astype`` truncates as ``int`` does)."""

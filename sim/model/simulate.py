@@ -46,6 +46,7 @@ from sim.model.rng import (
     GpuSlot,
     StepDraws,
     WorkerSlot,
+    slow_phases,
     slow_uniforms,
     slowed_ns,
 )
@@ -113,9 +114,11 @@ class Model:
         self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps), frac)
         scale = None
         if timing.worker_slow_prob > 0:
-            u_slow = slow_uniforms(seed, n_steps).tolist()
+            u_slow = slow_uniforms(seed, n_steps)
+            t = timing
+            slow = slow_phases(u_slow, t.worker_slow_prob, t.worker_slow_persistence).tolist()
             f = timing.worker_slow_factor
-            scale = [f if u < timing.worker_slow_prob else 1.0 for u in u_slow]
+            scale = [f if s else 1.0 for s in slow]
         self.jit_worker = Jitter(
             StepDraws(seed, Actor.WORKER, WorkerSlot.OP_BASE, n_steps, n_ops), frac, scale
         )

@@ -62,6 +62,7 @@ from sim.model.rng import (
     jittered_ns,
     jittered_ns_array,
     scalar_jitter,
+    slow_phases,
     slow_uniforms,
     slowed_ns,
     uniform,
@@ -220,7 +221,7 @@ class _Recurrence:
     __slots__ = (
         *("m", "P", "pol", "seed", "async_sched", "lag", "op_mean"),  # constants
         *("scalar", "mx", "zero", "jit", "jit_gpu", "wj"),  # the dual mode and the jitter
-        *("draw_e", "draw_w", "draw_g", "draw_s", "slow_u", "slow_arrays", "scale"),  # draws
+        *("draw_e", "draw_w", "draw_g", "draw_s", "slow_at", "slow_arrays", "scale"),  # draws
         *("e", "out_at_engine", "sim_end", "w"),  # the engine core's and the worker's clocks
         *("d_free", "valid_free", "out_free"),  # when each GPU stream is free
         *("prep_end_prev", "land_prev", "valid_end_prev"),  # step N-1's events
@@ -267,9 +268,15 @@ class _Recurrence:
         self.sim_end = zero
 
         # slow phases of the host (worker_slow_*): every worker mean of a slow step scaled
-        self.slow_u = slow_uniforms(seed, n_steps).tolist() if np.any(m.worker_slow_prob) else None
-        self.slow_arrays = isinstance(m.worker_slow_prob, np.ndarray) or isinstance(
-            m.worker_slow_factor, np.ndarray
+        self.slow_at: Any = None  # per step: whether slow (a bool, or one per point)
+        if np.any(m.worker_slow_prob):
+            slow = slow_phases(
+                slow_uniforms(seed, n_steps), m.worker_slow_prob, m.worker_slow_persistence
+            )
+            self.slow_at = list(slow) if slow.ndim > 1 else slow.tolist()
+        self.slow_arrays = any(
+            isinstance(x, np.ndarray)
+            for x in (m.worker_slow_prob, m.worker_slow_factor, m.worker_slow_persistence)
         )
         self.scale: Any = None  # this step's factor of every worker mean (None: no slow phases)
 
@@ -283,19 +290,19 @@ class _Recurrence:
             scale = self.scale
             return jit(mean, u) if scale is None else jit(slowed_ns(mean, scale), u)
 
-        self.wj = jit if self.slow_u is None else slowed_jit  # a worker duration (slow phases)
+        self.wj = jit if self.slow_at is None else slowed_jit  # a worker duration (slow phases)
 
     def uniforms(self, n: int, rec: StepRecord) -> tuple[list[float], list[float], list[float]]:
         """Step N's uniforms of the engine core, the worker and the GPU (:mod:`sim.model.rng`):
         the worker's row ops' slots follow its fixed ones (same keys as the SimPy tier). In a
         slow phase of the host, sets the step's ``scale`` of every worker mean."""
         ue, uw, ug = self.draw_e.get(n), self.draw_w.get(n), self.draw_g.get(n)
-        if self.slow_u is not None:
-            m, u = self.m, self.slow_u[n]
+        if self.slow_at is not None:
+            m, slow = self.m, self.slow_at[n]
             if self.slow_arrays:
-                self.scale = np.where(u < m.worker_slow_prob, m.worker_slow_factor, 1.0)
+                self.scale = np.where(slow, m.worker_slow_factor, 1.0)
             else:
-                self.scale = m.worker_slow_factor if u < m.worker_slow_prob else 1.0
+                self.scale = m.worker_slow_factor if slow else 1.0
         if rec.ops:
             k_ops = len(rec.ops)
             if k_ops <= _FEW_OPS:

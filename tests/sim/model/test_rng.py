@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,8 @@ from sim.model.rng import (
     jittered_ns,
     jittered_ns_array,
     scalar_jitter,
+    slow_phases,
+    slow_uniforms,
     uniform,
     uniform_py,
     uniforms_py,
@@ -81,3 +84,35 @@ def test_step_draws_blocks_match_direct_keys() -> None:
 )
 def test_inlined_jitter_is_jittered_ns(mean, u, frac) -> None:
     assert scalar_jitter(frac)(mean, u) == jittered_ns(int(mean), u, frac)
+
+
+# -- slow phases of the host ----------------------------------------------------------------
+def test_slow_phases_at_no_persistence_are_the_independent_draw() -> None:
+    """rho = 0 is the rule every timing used before: ``u < prob``, bit for bit."""
+    u = slow_uniforms(7, 5_000)
+    assert np.array_equal(slow_phases(u, 0.067, 0.0), u < 0.067)
+    per_point = slow_phases(u, np.array([0.067, 0.3]), np.array([0.0, 0.0]))
+    assert np.array_equal(per_point, np.stack([u < 0.067, u < 0.3], axis=1))
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.9])
+def test_slow_phases_keep_the_share_and_cluster_as_asked(rho: float) -> None:
+    """The chain's share of slow steps is prob and its lag-1 autocorrelation rho (200,000
+    steps: both within a few standard errors), and its phases are longer than independent
+    steps' would be."""
+    u = slow_uniforms(3, 200_000)
+    f = slow_phases(u, 0.067, rho)
+    assert abs(f.mean() - 0.067) < 0.005
+    ac = np.corrcoef(f[1:].astype(float), f[:-1].astype(float))[0, 1]
+    assert abs(ac - rho) < 0.02
+    starts = int((f[1:] & ~f[:-1]).sum()) + int(f[0])
+    assert f.sum() / starts == pytest.approx(1 / ((1 - 0.067) * (1 - rho)), rel=0.1)
+
+
+def test_slow_phases_per_point_equal_one_point_each() -> None:
+    u = slow_uniforms(11, 3_000)
+    probs, rhos = np.array([0.067, 0.2, 0.0]), np.array([0.9, 0.0, 0.5])
+    many = slow_phases(u, probs, rhos)
+    for i in range(3):
+        assert np.array_equal(many[:, i], slow_phases(u, probs[i], rhos[i]))
+    assert not many[:, 2].any()  # prob 0: never slow, whatever rho

@@ -112,6 +112,7 @@ def timing_points(draw, base: TimingParams) -> list[TimingParams]:
                 t,
                 worker_slow_prob=draw(st.sampled_from([0.0, 0.25, 1.0])),
                 worker_slow_factor=draw(st.sampled_from([0.5, 1.0, 1.49])),
+                worker_slow_persistence=draw(st.sampled_from([0.0, 0.6, 0.95])),
                 gpu_jitter_frac=draw(st.sampled_from([-1.0, 0.0, 0.04])),
                 worker_sample_tokens_ns_prefill=draw(st.sampled_from([0, 4_650_000])),
                 worker_rpc_dispatch_ns_per_req=draw(st.sampled_from([0, 48_000])),
@@ -214,18 +215,20 @@ def test_tiers_identical_on_minimal_race(delay_ns: int) -> None:
     check_all_policies(MINIMAL, 0, MINIMAL.default_steps, [t, MINIMAL.timing])
 
 
-@pytest.mark.parametrize("slow_prob", [0.0, 0.3])
-def test_tiers_identical_with_the_records_timing(slow_prob: float) -> None:
-    """The parameters vllm-forward calibrates from vLLM's records: slow host phases, the GPU's
-    own jitter, sample_tokens' prefill mode, the GPU's prefill step; two points that differ in
-    all of them."""
+@pytest.mark.parametrize(("slow_prob", "persistence"), [(0.0, 0.0), (0.3, 0.0), (0.3, 0.9)])
+def test_tiers_identical_with_the_records_timing(slow_prob: float, persistence: float) -> None:
+    """The parameters vllm-forward calibrates from vLLM's records: slow host phases (drawn
+    step by step, or clustered), the GPU's own jitter, sample_tokens' prefill mode, the GPU's
+    prefill step; two points that differ in all of them."""
     t = replace(
         BASE.timing, worker_slow_prob=slow_prob, worker_slow_factor=1.49, gpu_jitter_frac=0.04,
+        worker_slow_persistence=persistence,
         worker_sample_tokens_ns_prefill=4_650_000, jitter_frac=0.06,
         worker_rpc_dispatch_ns_per_req=48_000, worker_pre_add_ns=140_000,
         worker_reorder_ns=130_000, gpu_forward_ns_prefill=1_830_000,
     )  # fmt: skip
     other = replace(t, worker_slow_prob=0.5, worker_slow_factor=0.8, gpu_jitter_frac=-1.0,
+                    worker_slow_persistence=0.5 if persistence else 0.0,
                     worker_rpc_dispatch_ns_per_req=0, worker_reorder_ns=0,
                     gpu_forward_ns_prefill=0)  # fmt: skip
     check_all_policies(BASE, 3, 80, [t, other])
