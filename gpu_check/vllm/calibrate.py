@@ -349,7 +349,10 @@ def _slow_phases(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> di
     the run, not of the step (0.24.0: 0 in 7 of 32 configurations, up to 1.0 in two; the
     phases last tens of steps), so the prediction takes the typical configuration's: the
     median over the release's configurations of their share; the factor is the median slow
-    step's over the median of the rest, pooled."""
+    step's over the median of the rest, pooled. How they cluster, ``worker_slow_persistence``
+    (:func:`sim.model.rng.slow_phases`' rho): from the share of slow steps that follow a slow
+    step, pooled over consecutive step pairs of every configuration, ``(P(slow | slow) - p) /
+    (1 - p)`` at the share ``p`` above."""
     out = {}
     for vllm in sorted({c.vllm for c in configs}):
         per = [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
@@ -360,6 +363,10 @@ def _slow_phases(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> di
         slow = f > SLOW_FACTOR
         prob = float(np.median(shares)) if shares else 0.0
         factor = float(np.median(f[slow]) / np.median(f[~slow])) if slow.any() else 1.0
+        after, stayed = _slow_pairs(
+            [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
+        )
+        rho = (stayed / after - prob) / (1.0 - prob) if after and prob < 1.0 else 0.0
         out[vllm] = {
             "configs": len(per),
             "steps": int(f.size),
@@ -371,9 +378,23 @@ def _slow_phases(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> di
             "timing": {
                 "worker_slow_prob": round(prob, 4),
                 "worker_slow_factor": round(factor, 4),
+                "worker_slow_persistence": round(min(max(rho, 0.0), 0.99), 4),
             },
+            "slow_after_slow": {"pairs": after, "slow": stayed},
         }
     return out
+
+
+def _slow_pairs(factors: list[np.ndarray]) -> tuple[int, int]:
+    """Over every pair of consecutive steps (both with a host factor) of each configuration:
+    how many first steps were slow, and how many of those were followed by a slow step."""
+    after = stayed = 0
+    for f in factors:
+        ok = np.isfinite(f[:-1]) & np.isfinite(f[1:])
+        first, second = (f[:-1] > SLOW_FACTOR) & ok, (f[1:] > SLOW_FACTOR) & ok
+        after += int(first.sum())
+        stayed += int((first & second).sum())
+    return after, stayed
 
 
 def _gpu_line(
@@ -609,6 +630,10 @@ SOURCES = {
         "span is > 1.25 x its batch shape's median"
     ),
     "worker_slow_factor": "median factor of those over the median of the rest",
+    "worker_slow_persistence": (
+        "(P(slow step | slow step before) - worker_slow_prob) / (1 - worker_slow_prob), "
+        "consecutive steps pooled over the release's configs"
+    ),
     "worker_stall_ns": "median excess of those over the median",
     "gpu_forward_ns_base": "GPU line's constant less the prep/sample priors",
     "gpu_forward_ns_per_token": "GPU line's slope in the step's tokens",

@@ -105,7 +105,8 @@ def test_gpu_bound_landings_at_entry_follow_prefill_steps_and_the_host_path() ->
     script = runpy.run_path(str(ROOT / "scripts" / "host_path.py"))
     t = script["table"](DATA).set_index("pass")
     assert len(t) == 15
-    assert (t["entry_decode"] == 0).all() and (t["sim_entry_decode"] <= 0.03).all()
+    # sim: hardly ever; a seed that catches a long slow phase of the host is CPU-bound in it
+    assert (t["entry_decode"] == 0).all() and (t["sim_entry_decode"] <= 0.06).all()
     ratio_pre = t["path_prefill_ms"] / t["path_decode_ms"]
     assert (ratio_pre > 1.3).sum() == 14
     k1 = t.loc["forward-23/v0.24.0-k1/align_s24_d22ms"]
