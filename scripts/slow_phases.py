@@ -103,8 +103,10 @@ def what_if() -> list[dict[str, float | str]]:
 
 def none_steps() -> dict[str, list[float]]:
     """forward-28's 0.24.0 none pass at 0 ms (first round): sim's median step per seed, ms,
-    given the round's gauge on the frozen calibration, slow steps drawn one by one and in runs;
-    and vLLM's three passes' medians."""
+    given the round's gauge on the frozen calibration, slow steps drawn one by one and in runs,
+    and per seed the median of its decode-only steps and of its steps with a prefill chunk
+    (``*_decode``, ``*_prefill``); the schedule's prefill steps and steps; and vLLM's three
+    passes' medians."""
     from gpu_check.vllm.forward import simulate_seed
     from gpu_check.vllm.prereg_forecast import first_round_passes
     from sim.resolve.host_band import scale_host
@@ -119,6 +121,9 @@ def none_steps() -> dict[str, list[float]]:
         t = scale_host(replace(sc.timing, worker_slow_persistence=r), p["cond_factor"])
         per = [simulate_seed(sched, replace(sc, timing=t), policy, s) for s in range(5)]
         out[name] = [round(x["step_ns_median"] / 1e6, 2) for x in per]
+        for pop in ("decode", "prefill"):  # the medians of each population of steps
+            out[f"{name}_{pop}"] = [round(x[f"step_ns_median_{pop}"] / 1e6, 2) for x in per]
+    out["prefill_steps"] = [sum(s.has_prefill for s in sched.steps), len(sched.steps)]
     rows = json.loads((prereg / "outcome.json").read_text())["forecast"]["passes_table"]
     out["vllm"] = sorted(round(r["step_ms_observed"], 2) for r in rows if r["run"] == c["run"]
                          and r["pass_group"].split("/")[1] == "none"
@@ -144,7 +149,9 @@ def main() -> int:
     steps = none_steps()
     print(
         "forward-28, 0.24.0 none at 0 ms, median step per seed (ms): slow steps one by one "
-        f"{steps['sim']}; in runs {steps['sim_runs']}; vLLM's passes {steps['vllm']}"
+        f"{steps['sim']}; in runs {steps['sim_runs']} (decode-only {steps['sim_runs_decode']}, "
+        f"prefill {steps['sim_runs_prefill']}; {steps['prefill_steps']} prefill steps of "
+        f"the schedule's); vLLM's passes {steps['vllm']}"
     )
     return 0
 

@@ -661,3 +661,21 @@ def test_the_slow_phases_section_is_the_scripts_and_the_calibrations() -> None:
             f"{len(high)} at {high[0]:.2f}-{high[-1]:.2f}. vLLM's three passes ran "
             f"{s['vllm'][0]:.2f}-{s['vllm'][-1]:.2f} ms") in flat  # fmt: skip
     assert min(s["sim"]) > max(s["vllm"]) and low[-1] < min(s["vllm"])
+    # the jump is the whole-pass median between two populations, each of which stays put
+    dec, pre = s["sim_runs_decode"], s["sim_runs_prefill"]
+    assert max(dec) - min(dec) < 0.2 and max(pre) - min(pre) < 0.2 and max(dec) < low[0]
+    assert (f"{s['prefill_steps'][0]} of the schedule's {s['prefill_steps'][1]} steps carry a "
+            f"prefill chunk, sim's decode-only steps take {min(dec):.2f}-{max(dec):.2f} ms and "
+            f"its prefill steps {min(pre):.2f}-{max(pre):.2f} in every seed") in flat  # fmt: skip
+    # vLLM's populations in forward-28 (its outcome.json), both ~10 % over sim's given the gauge
+    rows = json.loads((DATA / "preregistered" / "forward-28" / "outcome.json").read_text())
+    table = rows["forecast"]["passes_table"]
+    rows = [r for r in table if r["pass_group"].startswith("0.24.0/none/s16_d0us/")]
+    od = sorted(r["obs_step_decode_ms"] for r in rows)
+    op = sorted(r["obs_step_prefill_ms"] for r in rows)
+    assert len(rows) == 3
+    assert (f"vLLM's 0.24.0 none steps took {od[0]:.2f}-{od[-1]:.2f} ms (decode-only) and "
+            f"{op[0]:.2f}-{op[-1]:.2f} (prefill)") in flat  # fmt: skip
+    for r in rows:
+        assert 1.05 < r["obs_step_decode_ms"] / r["cond_step_decode_ms"] < 1.15
+        assert 1.05 < r["obs_step_prefill_ms"] / r["cond_step_prefill_ms"] < 1.15
