@@ -49,11 +49,16 @@ def forecast_on(prereg: Path, runs: Path, calibration: Path = CALIBRATION) -> di
         return json.loads((work / "outcome.json").read_text())["forecast"]
 
 
-def rescore(prereg: Path, runs: Path, calibration: Path = CALIBRATION) -> dict[str, int]:
-    """Per regime, the passes meeting (iv) on ``calibration`` (and ``passes``, overall)."""
-    per = forecast_on(prereg, runs, calibration)["per_regime"]
+def meets(forecast: dict[str, Any]) -> dict[str, int]:
+    """Per regime, the passes of a round's ``forecast`` meeting (iv) (and ``passes``, overall)."""
+    per = forecast["per_regime"]
     out = {r: per[r]["conditional_meets_all"]["meets"] for r in REGIMES}
     return out | {"passes": per["overall"]["passes"]}
+
+
+def rescore(prereg: Path, runs: Path, calibration: Path = CALIBRATION) -> dict[str, int]:
+    """Per regime, the passes meeting (iv) on ``calibration`` (and ``passes``, overall)."""
+    return meets(forecast_on(prereg, runs, calibration))
 
 
 def given_gauge(forecast: dict[str, Any]) -> dict[str, str]:
@@ -79,10 +84,9 @@ def main(argv: list[str]) -> int:
         print("usage: python scripts/rescore_round.py PREREG_FOLDER RUNS_FOLDER", file=sys.stderr)
         return 2
     fc = forecast_on(Path(argv[0]), Path(argv[1]))
-    per = fc["per_regime"]
-    got = {r: per[r]["conditional_meets_all"]["meets"] for r in REGIMES}
+    got = meets(fc)
     print("(iv): " + " ".join(f"{r}: {got[r]}" for r in REGIMES)
-          + f" of {per['overall']['passes']} passes")  # fmt: skip
+          + f" of {got['passes']} passes")  # fmt: skip
     print("given the gauge, inside rate / step / entry: "
           + "; ".join(f"{r} {v}" for r, v in given_gauge(fc).items()))  # fmt: skip
     return 0

@@ -82,23 +82,14 @@ def forward_28_paths() -> pd.DataFrame:
 def what_if() -> list[dict[str, float | str]]:
     """forward-28's 0.24.0 align configurations (first round): vLLM's entry share, sim's given
     the gauge with slow phases drawn step by step and clustered at today's persistence."""
-    from gpu_check.vllm import forecast as fc
-    from gpu_check.vllm.forward import simulate_seed
-    from gpu_check.vllm.prereg_forecast import first_round_passes
+    from gpu_check.vllm.prereg_forecast import first_round_entries
 
     cal = json.loads((DATA / "forward" / "summary.json").read_text())["calibration"]
     rho = cal["host_phases"]["0.24.0"]["timing"]["worker_slow_persistence"]
-    rows: list[dict[str, float | str]] = []
-    for c, p, (sched, sc, policy) in first_round_passes(DATA / "preregistered" / "forward-28",
-                                                        "0.24.0"):  # fmt: skip
-        row: dict[str, float | str] = {"config": c["config"], "vllm": p["entry_observed"]}
-        for name, r in (("sim", 0.0), ("sim_runs", rho)):
-            t = replace(sc.timing, worker_slow_persistence=r)
-            cond = fc.conditional(sched, replace(sc, timing=t), policy, None, simulate_seed,
-                                  factor=p["cond_factor"])  # fmt: skip
-            row[name] = cond["landing"]["entry"]
-        rows.append(row)
-    return rows
+    return first_round_entries(DATA / "preregistered" / "forward-28", "0.24.0", {
+        "sim": lambda t: replace(t, worker_slow_persistence=0.0),
+        "sim_runs": lambda t: replace(t, worker_slow_persistence=rho),
+    })  # fmt: skip
 
 
 def none_steps() -> dict[str, list[float]]:

@@ -63,21 +63,12 @@ def what_if(scale: float = 0.25) -> list[dict[str, float | str]]:
     host jitter as it is and times ``scale``. Nothing is written."""
     from dataclasses import replace
 
-    from gpu_check.vllm import forecast as fc
-    from gpu_check.vllm.forward import simulate_seed
-    from gpu_check.vllm.prereg_forecast import first_round_passes
+    from gpu_check.vllm.prereg_forecast import first_round_entries
 
-    rows: list[dict[str, float | str]] = []
-    for c, p, (sched, sc, policy) in first_round_passes(DATA / "preregistered" / "forward-28",
-                                                        "0.24.0"):  # fmt: skip
-        row: dict[str, float | str] = {"config": c["config"], "vllm": p["entry_observed"]}
-        for name, k in (("sim", 1.0), ("sim_scaled", scale)):
-            t = replace(sc.timing, jitter_frac=sc.timing.jitter_frac * k)
-            cond = fc.conditional(sched, replace(sc, timing=t), policy, None, simulate_seed,
-                                  factor=p["cond_factor"])  # fmt: skip
-            row[name] = cond["landing"]["entry"]
-        rows.append(row)
-    return rows
+    return first_round_entries(DATA / "preregistered" / "forward-28", "0.24.0", {
+        "sim": lambda t: t,
+        "sim_scaled": lambda t: replace(t, jitter_frac=t.jitter_frac * scale),
+    })  # fmt: skip
 
 
 def main() -> int:

@@ -355,17 +355,15 @@ def _slow_phases(configs: list[Measured], spans: dict[Path, pd.DataFrame]) -> di
     (1 - p)`` at the share ``p`` above."""
     out = {}
     for vllm in sorted({c.vllm for c in configs}):
-        per = [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
-        per = [f[np.isfinite(f)] for f in per]
+        whole = [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
+        per = [f[np.isfinite(f)] for f in whole]
         per = [f for f in per if f.size]
         shares = [float((f > SLOW_FACTOR).mean()) for f in per]
         f = np.concatenate(per) if per else np.zeros(0)
         slow = f > SLOW_FACTOR
         prob = float(np.median(shares)) if shares else 0.0
         factor = float(np.median(f[slow]) / np.median(f[~slow])) if slow.any() else 1.0
-        after, stayed = _slow_pairs(
-            [spans[c.folder]["host_factor"].to_numpy() for c in configs if c.vllm == vllm]
-        )
+        after, stayed = _slow_pairs(whole)  # in step order: NaNs kept, never paired
         rho = (stayed / after - prob) / (1.0 - prob) if after and prob < 1.0 else 0.0
         out[vllm] = {
             "configs": len(per),

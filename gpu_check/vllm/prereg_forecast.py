@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,27 @@ def first_round_passes(prereg: Path, vllm: str, mode: str = "align") -> list[tup
                    and r["pass_group"].split("/")[1] == mode)  # fmt: skip
         out.append((c, row, prepared(vllm, mode, run_config_of(c["run_config"]), cal, c["k"])))
     return out
+
+
+def first_round_entries(prereg: Path, vllm: str, variants: dict[str, Callable[[Any], Any]]
+                        ) -> list[dict[str, Any]]:  # fmt: skip
+    """A what-if on a scored round's first-round align passes of ``vllm``: per configuration
+    vLLM's copy-at-entry share (``vllm``) and, per named variant (a change of the frozen
+    calibration's timing), sim's given the round's gauge (the factor ``vllm-outcome`` used).
+    Nothing is written."""
+    from dataclasses import replace
+
+    from gpu_check.vllm.forward import simulate_seed
+
+    rows = []
+    for c, p, (sched, sc, policy) in first_round_passes(prereg, vllm):
+        row: dict[str, Any] = {"config": c["config"], "vllm": p["entry_observed"]}
+        for name, change in variants.items():
+            cond = fc.conditional(sched, replace(sc, timing=change(sc.timing)), policy, None,
+                                  simulate_seed, factor=p["cond_factor"])  # fmt: skip
+            row[name] = cond["landing"]["entry"]
+        rows.append(row)
+    return rows
 
 
 def observed_populations(folder: Path) -> dict[str, Any] | None:

@@ -155,6 +155,11 @@ def slow_phases(u: np.ndarray, prob, persistence) -> np.ndarray:
     return out
 
 
+def slow_steps(seed: int, n_steps: int, prob, persistence) -> np.ndarray:
+    """:func:`slow_phases` over the run's own uniforms: what both tiers draw."""
+    return slow_phases(slow_uniforms(seed, n_steps), prob, persistence)
+
+
 def slowed_ns(mean_ns, scale):
     """A worker mean in a step of host speed ``scale`` (1.0: as calibrated): ``int(mean *
     scale)``, the same float ops in both tiers (``astype`` truncates as ``int`` does)."""

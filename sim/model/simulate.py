@@ -46,8 +46,7 @@ from sim.model.rng import (
     GpuSlot,
     StepDraws,
     WorkerSlot,
-    slow_phases,
-    slow_uniforms,
+    slow_steps,
     slowed_ns,
 )
 from sim.model.schedule import Schedule
@@ -114,9 +113,8 @@ class Model:
         self.jit_engine = Jitter(StepDraws(seed, Actor.ENGINE, EngineSlot.COUNT, n_steps), frac)
         scale = None
         if timing.worker_slow_prob > 0:
-            u_slow = slow_uniforms(seed, n_steps)
-            t = timing
-            slow = slow_phases(u_slow, t.worker_slow_prob, t.worker_slow_persistence).tolist()
+            prob, rho = timing.worker_slow_prob, timing.worker_slow_persistence
+            slow = slow_steps(seed, n_steps, prob, rho).tolist()
             f = timing.worker_slow_factor
             scale = [f if s else 1.0 for s in slow]
         self.jit_worker = Jitter(

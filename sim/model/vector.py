@@ -62,8 +62,7 @@ from sim.model.rng import (
     jittered_ns,
     jittered_ns_array,
     scalar_jitter,
-    slow_phases,
-    slow_uniforms,
+    slow_steps,
     slowed_ns,
     uniform,
     uniforms_py,
@@ -270,9 +269,7 @@ class _Recurrence:
         # slow phases of the host (worker_slow_*): every worker mean of a slow step scaled
         self.slow_at: Any = None  # per step: whether slow (a bool, or one per point)
         if np.any(m.worker_slow_prob):
-            slow = slow_phases(
-                slow_uniforms(seed, n_steps), m.worker_slow_prob, m.worker_slow_persistence
-            )
+            slow = slow_steps(seed, n_steps, m.worker_slow_prob, m.worker_slow_persistence)
             self.slow_at = list(slow) if slow.ndim > 1 else slow.tolist()
         self.slow_arrays = any(
             isinstance(x, np.ndarray)
