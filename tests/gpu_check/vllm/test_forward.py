@@ -638,6 +638,18 @@ def test_the_slow_phases_section_is_the_scripts_and_the_calibrations() -> None:
     pairs = cal["0.24.0"]["slow_after_slow"]
     assert (f"0.24.0 {rho['0.24.0']:.2f}, from {pairs['slow']:,} of {pairs['pairs']:,} pairs; "
             f"0.33.0 {rho['0.33.0']:.2f}; 0.23.0 {rho['0.23.0']:.2f}") in flat  # fmt: skip
+    # the same fit as docs/timing.md and data/vllm/README.md quote it
+    share = f"{pairs['slow'] / pairs['pairs']:.2f}"
+    timing = " ".join((root / "docs" / "timing.md").read_text().split())
+    assert (
+        f"in {pairs['slow']:,} of {pairs['pairs']:,} pairs of 0.24.0's host-only steps "
+        f"({share}, against"
+    ) in timing and f"ρ = {rho['0.24.0']:.2f}" in timing
+    readme = " ".join((DATA / "README.md").read_text().split())
+    assert (
+        f"in {pairs['slow']:,} of {pairs['pairs']:,} pairs of 0.24.0's host-only steps" in readme
+        and f"`worker_slow_persistence`, {rho['0.24.0']:.2f} for 0.24.0" in readme
+    )
     # the window, not the delay: forward-28's later rounds at 13 and 14.5 ms
     paths = script["forward_28_paths"]().set_index("pass")
     whole = " ".join(doc.split())
