@@ -33,18 +33,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_path import vllm_path  # noqa: E402
 
-from gpu_check.vllm.calibrate import SLOW_FACTOR, step_spans  # noqa: E402
 from gpu_check.vllm.export import load_raw  # noqa: E402
+from gpu_check.vllm.slow_gauge import has_spans, slow_flags  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
-
-
-def slow_flags(raw: dict) -> np.ndarray:
-    """Per step (>= 2) of a record, whether its host span is slow (module docstring)."""
-    sp = step_spans(raw)
-    full = sp["num_reqs"] == sp["num_reqs"].max()
-    med = sp.groupby([sp["prefill"], full])["launch_to_d2h_ns"].transform("median")
-    return (sp["launch_to_d2h_ns"] / med > SLOW_FACTOR).to_numpy()
 
 
 def runs_table(root: Path = DATA) -> pd.DataFrame:
@@ -53,7 +45,7 @@ def runs_table(root: Path = DATA) -> pd.DataFrame:
     rows = []
     for f in sorted(root.rglob("raw/raw_*_d0ms*.json.gz")):
         raw = load_raw(f)
-        if not raw["steps"] or any("req_ids" in s and "ops" not in s for s in raw["steps"]):
+        if not has_spans(raw):
             continue  # an early record without row ops: no spans
         s = slow_flags(raw)
         edges = np.diff(np.concatenate([[0], s.astype(np.int8), [0]]))

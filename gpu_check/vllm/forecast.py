@@ -119,21 +119,26 @@ def sim_samples(
 
 
 def conditional(sched, sc, policy, gauge_ms: float | None, simulate_seed, seeds: int = COND_SEEDS,
-                factor: float | None = None):  # fmt: skip
+                factor: float | None = None, slow_prob: float | None = None):  # fmt: skip
     """The central forecast at the host factor of a measured gauge (1 without one), or at
     ``factor`` where given (a gauge measured on another configuration, turned into a factor on
     that configuration's own timing): pooled rate, median step, landing mix, as
-    ``vllm-forward``'s point forecast."""
+    ``vllm-forward``'s point forecast. ``slow_prob``: the share of slow host steps in place of
+    the calibrated one (the slow gauge's, :mod:`gpu_check.vllm.slow_gauge`)."""
     from gpu_check.vllm.outcome import LANDING
 
     f = factor if factor is not None else (
         factor_of_gauge(gauge_ms, sc.timing) if gauge_ms is not None else 1.0)  # fmt: skip
-    scaled = replace(sc, timing=scale_host(sc.timing, f))
+    timing = scale_host(sc.timing, f)
+    if slow_prob is not None:
+        timing = replace(timing, worker_slow_prob=slow_prob)
+    scaled = replace(sc, timing=timing)
     per = [simulate_seed(sched, scaled, policy, s) for s in range(seeds)]
     steps = sum(p["steps"] for p in per)
     reads, wrong = sum(p["reads"] for p in per), sum(p["wrong"] for p in per)
     return {
-        "factor": f, "reads": reads, "wrong": wrong, "rate": wrong / reads if reads else 0.0,
+        "factor": f, "slow_prob": timing.worker_slow_prob, "reads": reads, "wrong": wrong,
+        "rate": wrong / reads if reads else 0.0,
         "step_ms": round(float(np.median([p["step_ns_median"] for p in per])) / 1e6, 3),
         **{f"step_{pop}_ms": _median_ms([p.get(f"step_ns_median_{pop}") for p in per])
            for pop in POPULATIONS},
