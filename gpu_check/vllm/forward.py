@@ -485,6 +485,9 @@ def forecast_summary(df: pd.DataFrame, table: list[dict[str, Any]], factors: lis
         "per_population_step": fc.per_population_score(df),
         "per_regime_given_gauge": fc.criterion_given_gauge(df),
         "model_error": table,
+        # vllm-plan freezes it: vllm-outcome's (iv) gauges each configuration by its process's
+        # pure pass of the same mode (gpu_check.vllm.prereg_forecast)
+        "gauge_by_mode": True,
     }  # fmt: skip
 
 

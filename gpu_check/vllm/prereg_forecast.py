@@ -11,7 +11,20 @@ Per pass (one prediction, one exported run):
   by #23's strict three parts (:func:`gpu_check.vllm.outcome.judge`). The gauge is that of the
   process's own pure pass (align at 0 ms, the same run and repeat), turned into a factor on
   that pass's own timing; a process without one uses the pass's own gauge, as ``vllm-forward``
-  does. ``gauge_from`` says which.
+  does. ``gauge_from`` says which. Two rules are read from the round's frozen calibration,
+  so a round frozen before them is scored as it was:
+
+  - ``forecast.gauge_by_mode``: a configuration is gauged by its process's pure pass *of its
+    own mode* where one ran (none at 0 ms for none), on that mode's timing. Each mode's timing
+    is calibrated from its own passes, recorded in other windows of the machine; a factor
+    measured on align's timing and applied to none's carries the ratio of those windows'
+    speeds. In 0.24.0 the calibrated none/align ``sample_tokens`` spans are 6.30 / 7.46 ms
+    (0.84), where every process of forward-28 and forward-29 measured 0.95 (same pass pairs:
+    0.92 on the H200), so none given align's gauge ran about 10 % fast in sim.
+  - ``forecast.slow_given_gauge`` (:mod:`gpu_check.vllm.slow_gauge`): sim runs at the share of
+    slow host steps the line gives for the pure pass's own share (``cond_slow_prob``), instead
+    of the calibrated share. Measured and not adopted: ``vllm-forward`` does not write it
+    (docs/forward-prediction.md, "Gauged by mode").
 - beside it, the forecast conditioned on the **step gauge** (``sg_*`` columns): the host
   factor at which sim's median step of the process's pure pass equals the step vLLM took
   there (:func:`step_matched_factor`). The ``sample_tokens`` gauge reads one host span; on
@@ -50,24 +63,46 @@ def config_key(p: dict[str, Any]) -> str:
             f"{c['arrivals']}/k{p['k']}/{p['patch']}")  # fmt: skip
 
 
-Gauge = tuple[dict[str, Any], float, float]  # the pure pass's prediction, gauge ms, step ms
+# the pure pass's prediction, gauge ms, step ms, export folder
+Gauge = tuple[dict[str, Any], float, float, Path]
 
 
-def gauges(judged: list[Judged]) -> dict[tuple[str, int], Gauge]:
-    """Each process's (run, repeat) pure pass with the least GPU delay (align at 0 ms where it
-    ran): its prediction, measured gauge and median step (ms)."""
+def process_of(p: dict[str, Any], by_mode: bool = False) -> tuple:
+    """A prediction's process (run, repeat), with its mode where gauges go by mode."""
+    proc = (p.get("run", ""), p["run_config"]["rep"])
+    return (*proc, p["mode"]) if by_mode else proc
+
+
+def gauges(judged: list[Judged], by_mode: bool = False) -> dict[tuple, Gauge]:
+    """Each process's (run, repeat; with ``by_mode``, and mode) pure pass with the least GPU
+    delay (align at 0 ms where it ran): its prediction, measured gauge, median step (ms) and
+    export folder."""
     from gpu_check.vllm.outcome import _json
 
-    out: dict[tuple[str, int], Gauge] = {}
+    out: dict[tuple, Gauge] = {}
     for p, obs, folder in judged:
         meta = _json(folder / "export.json", "vllm-export summary")
         if not meta.get("host_gauge_pure") or meta.get("host_gauge_ms") is None:
             continue
-        proc = (p.get("run", ""), p["run_config"]["rep"])
+        proc = process_of(p, by_mode)
         if proc not in out or (p["run_config"]["gpu_delay_us"]
                                < out[proc][0]["run_config"]["gpu_delay_us"]):  # fmt: skip
-            out[proc] = (p, float(meta["host_gauge_ms"]), float(obs["step_ms"]))
+            out[proc] = (p, float(meta["host_gauge_ms"]), float(obs["step_ms"]), folder)
     return out
+
+
+def pure_slow_prob(folder: Path, slow_line: dict[str, Any] | None) -> float | None:
+    """The share of slow host steps the slow gauge's line gives a process whose pure pass is
+    exported at ``folder`` (None without a line or without the pass's host spans: sim keeps
+    the calibrated share)."""
+    from gpu_check.vllm.export import load_raw, raw_record_of
+    from gpu_check.vllm.slow_gauge import slow_prob, slow_share
+
+    raw = raw_record_of(folder)
+    if slow_line is None or not raw.is_file():
+        return None
+    share = slow_share(load_raw(raw))
+    return None if share is None else slow_prob(slow_line, share)
 
 
 def step_matched_factor(sched, sc, policy, step_ms: float, start: float, simulate_seed) -> float:
@@ -90,37 +125,44 @@ def step_matched_factor(sched, sc, policy, step_ms: float, start: float, simulat
 
 
 def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
-              model_error: list[dict[str, Any]] | None = None) -> pd.DataFrame:  # fmt: skip
+              model_error: list[dict[str, Any]] | None = None,
+              slow_line: dict[str, Any] | None = None,
+              by_mode: bool = False) -> pd.DataFrame:  # fmt: skip
     """One row per pass: observed values, the committed intervals, coverage, the
     gauge-conditioned forecast's verdicts and, given the frozen residuals (``model_error``),
     its interval (``forecast.given_gauge_band``: the rule of the round's commit, no input
-    from the pass but its gauge)."""
+    from the pass but its gauge). ``slow_line``: the frozen slow gauge's line, applied to each
+    process's pure pass; ``by_mode``: each configuration gauged by its process's pure pass of
+    its own mode where one ran (module docstring)."""
     from gpu_check.vllm.calibrate import group_name
     from gpu_check.vllm.config import run_config_of
     from gpu_check.vllm.outcome import _json, judge
     from gpu_check.vllm.plan import prepared
     from sim.resolve.host_band import factor_of_gauge
 
-    pure = gauges(judged)
-    factor_at: dict[tuple[str, int], float] = {}
-    step_factor_at: dict[tuple[str, int], float] = {}
+    pure = gauges(judged) | (gauges(judged, by_mode=True) if by_mode else {})
+    factor_at: dict[tuple, float] = {}
+    step_factor_at: dict[tuple, float] = {}
+    slow_at: dict[tuple, float | None] = {}
     rows = []
     for p, obs, folder in judged:
         f = p["forecast"]
-        proc = (p.get("run", ""), p["run_config"]["rep"])
+        proc = process_of(p, by_mode)
+        proc = proc if proc in pure else process_of(p)
         sched, sc, policy = prepared(p["vllm"], p["mode"], run_config_of(p["run_config"]), cal,
                                      p["k"])  # fmt: skip
         if proc in pure:
             if proc not in factor_at:  # the pure pass's gauges on its own timing
-                gp, gauge_ms, step_ms = pure[proc]
+                gp, gauge_ms, step_ms, g_folder = pure[proc]
+                slow_at[proc] = pure_slow_prob(g_folder, slow_line)
                 g_cfg = run_config_of(gp["run_config"])
                 g_sched, g_sc, g_policy = prepared(gp["vllm"], gp["mode"], g_cfg, cal, gp["k"])
                 factor_at[proc] = factor_of_gauge(gauge_ms, g_sc.timing)
                 step_factor_at[proc] = step_matched_factor(
                     g_sched, g_sc, g_policy, step_ms, factor_at[proc], simulate_seed)  # fmt: skip
             cond = fc.conditional(sched, sc, policy, None, simulate_seed,
-                                  factor=factor_at[proc])  # fmt: skip
-            source = "the process's pure pass"
+                                  factor=factor_at[proc], slow_prob=slow_at[proc])  # fmt: skip
+            source = "the process's pure pass" + (" of its mode" if len(proc) == 3 else "")
         else:
             own = _json(folder / "export.json", "vllm-export summary").get("host_gauge_ms")
             cond = fc.conditional(sched, sc, policy, own, simulate_seed)
@@ -151,6 +193,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
             "pass_group": config_key(p), "regime": fc.regime(observed["entry"]),
             "regime_predicted": f["regime_predicted"], "gauge_from": source,
             "cond_factor": round(cond["factor"], 4), "cond_meets_all": v["meets_all"],
+            "cond_slow_prob": cond["slow_prob"],
             "cond_rate": round(cond["rate"], 6), "cond_step_ms": cond["step_ms"],
             "cond_entry": cond["landing"]["entry"], "cond_rate_ok": v["rate_ok"],
             "cond_step_ok": v["step_ok"], "cond_landing_ok": v["landing_ok"],
@@ -169,11 +212,13 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
 def forecast_outcome(
     judged: list[Judged], cal: dict[str, Any], simulate_seed,
     model_error: list[dict[str, Any]] | None = None,
+    slow_line: dict[str, Any] | None = None,
+    by_mode: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """Issue 44's (i)-(iv) per regime on the committed intervals, with the sharpness against
     the spread between processes beside the one ``vllm-forward`` reports; given the frozen
     residuals, (i)-(iii) of the interval given the gauge beside them."""
-    df = pass_rows(judged, cal, simulate_seed, model_error)
+    df = pass_rows(judged, cal, simulate_seed, model_error, slow_line, by_mode)
     given = {} if model_error is None else {"per_regime_given_gauge": fc.criterion_given_gauge(df)}
     per = fc.criterion(df)
     between = fc.own_spread(df, between_runs=True)
@@ -303,6 +348,10 @@ def score_forecast(judged: list[Judged], preds: dict[str, Any], prereg: Path
     # the file is named by its path; its hash says which version scored (iv)
     # a round frozen with the forecast's residuals gets the interval given the gauge too
     model_error = (frozen.get("forecast") or {}).get("model_error")
-    return forecast_outcome(mine, cal, simulate_seed, model_error) | {
+    # a round frozen with the slow gauge's line runs (iv) at the share it gives, and one
+    # frozen with gauge_by_mode gauges each configuration by its own mode's pure pass
+    rule = frozen.get("forecast") or {}
+    slow_line, by_mode = rule.get("slow_given_gauge"), bool(rule.get("gauge_by_mode"))
+    return forecast_outcome(mine, cal, simulate_seed, model_error, slow_line, by_mode) | {
         "calibration": str(path), "calibration_sha256": hashlib.sha256(data).hexdigest(),
     }  # fmt: skip

@@ -19,7 +19,11 @@ configurations run.
 ran a pure pass and others, the median line (least absolute deviations) of each other pass's
 share on its process's gauge-pass share. The median, not the mean: the shares are skewed (most
 passes of a quiet process have none, a few have a long phase), and the conditional forecast
-is judged as a point, pass by pass.
+is judged as a point, pass by pass. ``vllm-outcome``'s (iv), where the round's frozen
+calibration carries the line (``forecast.slow_given_gauge``), runs sim at the line's share
+instead of the calibrated one. Measured on the five H100 rounds and not adopted: it fixes the
+GPU-bound tail of quiet windows and loses more elsewhere (``scripts/gauge_rules.py``;
+docs/forward-prediction.md, "Gauged by mode"), so ``vllm-forward`` does not write the line.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -195,7 +196,7 @@ def test_a_forecast_round_is_scored_per_regime_on_its_committed_intervals(tmp_pa
     fc = out["forecast"]
     rows = fc["passes_table"]
     assert fc["passes"] == len(rows) == 4 and out["configs"] == 4
-    assert {r["gauge_from"] for r in rows} == {"the process's pure pass"}
+    assert {r["gauge_from"] for r in rows} == {"the process's pure pass of its mode"}
     # the d0 pass of each process is its gauge: conditioned at its own factor
     for run in ("v0.24.0", "v0.24.0-repeat"):
         f = {r["config"]: r["cond_factor"] for r in rows if r["run"] == run}
@@ -350,41 +351,86 @@ def test_a_one_process_rounds_outcome_is_the_one_its_readme_states(name, disagre
     assert tot["scored"] - tot["agree"] == disagree
 
 
+@functools.cache
+def _rescored(name: str, rule: str) -> dict:
+    """A round's ``forecast`` re-scored on today's calibration under one of
+    scripts/gauge_rules.py's rules (each computed once per test session)."""
+    import runpy
+    import tempfile
+
+    rules = runpy.run_path(str(REPO / "scripts" / "gauge_rules.py"))
+    rescore = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
+    with tempfile.TemporaryDirectory() as tmp:
+        cal = Path(tmp) / "calibration.json"
+        cal.write_text(json.dumps(rules["calibration"](rule)))
+        return rescore["forecast_on"](REPO / PREREG / name, REPO / "data" / "vllm" / name, cal)
+
+
+def _meets(name: str, rule: str) -> dict:
+    per = _rescored(name, rule)["per_regime"]
+    regimes = ("CPU-bound", "boundary", "GPU-bound", "overall")
+    return {r: per[r]["conditional_meets_all"]["meets"] for r in regimes} | {
+        "passes": per["overall"]["passes"]}  # fmt: skip
+
+
 @pytest.mark.slow
 def test_the_rescored_rounds_are_the_ones_the_docs_state():
     """scripts/rescore_round.py (docs/forward-prediction.md, "forward-26"): (iv) of both H100
-    rounds on today's calibration, per regime, as the table's last column states it."""
-    import runpy
-
-    script = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
+    rounds on today's calibration, per regime, one gauge per process (the rule of the time)
+    and gauged by mode (today's rule), as the table's last two columns state them."""
     doc = (REPO / "docs" / "forward-prediction.md").read_text()
     doc = doc[doc.index("### forward-26:") :]  # its section: other tables have such rows too
     doc = doc[: doc.index("\n### ", 4)]
+
+    def cell(got: dict) -> str:
+        return (f"{got['overall']} / {got['passes']} (CPU-bound {got['CPU-bound']}, boundary "
+                f"{got['boundary']}, GPU-bound {got['GPU-bound']})")  # fmt: skip
+
     for name in ("forward-25", "forward-26"):
-        got = script["rescore"](REPO / PREREG / name, REPO / "data" / "vllm" / name,
-                                REPO / script["CALIBRATION"])  # fmt: skip
         row = next(ln for ln in doc.splitlines() if ln.startswith(f"| {name} |"))
-        assert row.endswith(
-            f"| {got['overall']} / {got['passes']} (CPU-bound {got['CPU-bound']}, boundary "
-            f"{got['boundary']}, GPU-bound {got['GPU-bound']}) |"
-        ), row
-    # "Slow host phases come in runs": (iv) per round on today's calibration, all four rounds
+        want = f"| {cell(_meets(name, 'process'))} | {cell(_meets(name, 'by mode'))} |"
+        assert row.endswith(want), row
+    # "Slow host phases come in runs": (iv) per round, one gauge per process, all four rounds
     full = (REPO / "docs" / "forward-prediction.md").read_text()
     section = full[full.index("### Slow host phases come in runs") :]
     section = " ".join(section[: section.index("\n### ")].split())
     for name in ("forward-25", "forward-26", "forward-27", "forward-28"):
-        got = script["rescore"](REPO / PREREG / name, REPO / "data" / "vllm" / name,
-                                REPO / script["CALIBRATION"])  # fmt: skip
+        got = _meets(name, "process")
         assert re.search(rf"{name} \d+ -> {got['overall']}\b", section), name
 
 
 @pytest.mark.slow
-def test_the_given_gauge_interval_on_the_h100_rounds_is_the_one_the_docs_state():
-    """scripts/rescore_round.py on forward-25 to forward-27 and forward-28's outcome.json:
-    docs/forward-prediction.md's table of the interval given the gauge and the four-round sums."""
-    import runpy
+def test_the_gauge_rules_table_is_the_one_the_docs_state():
+    """docs/forward-prediction.md, "Gauged by mode": scripts/gauge_rules.py's table, every
+    rule and round, and the sums."""
+    full = (REPO / "docs" / "forward-prediction.md").read_text()
+    section = full[full.index("### Gauged by mode") :]
+    section = section[: section.index("\n### ")]
+    rounds = [f"forward-{n}" for n in range(25, 30)]
+    rules = ("process", "by mode")
+    for name in rounds:
+        cells = [_meets(name, rule) for rule in rules]
+        want = " | ".join(f"{c['CPU-bound']} / {c['boundary']} / {c['GPU-bound']} / "
+                          f"{c['overall']} of {c['passes']}" for c in cells)  # fmt: skip
+        assert f"| {name} | {want} |" in section, name
+    flat = " ".join(section.split())
+    for rule in rules:
+        n = sum(_meets(r, rule)["overall"] for r in rounds)
+        assert f"{n} of {sum(_meets(r, rule)['passes'] for r in rounds)}" in flat, rule
+    # the slow gauge on top of the rule: forward-28 and forward-29, as the text quotes them
+    mode, slow = _meets("forward-28", "by mode"), _meets("forward-28", "by mode + slow")
+    assert (f"On forward-28 it loses {mode['overall'] - slow['overall']}, {mode['overall']} -> "
+            f"{slow['overall']} (boundary {mode['boundary']} -> {slow['boundary']}, GPU-bound "
+            f"{mode['GPU-bound']} -> {slow['GPU-bound']})") in flat  # fmt: skip
+    mode, slow = _meets("forward-29", "by mode"), _meets("forward-29", "by mode + slow")
+    assert mode["overall"] == slow["overall"] and f"{slow['overall']} of 48 either way" in flat
 
-    script = runpy.run_path(str(REPO / "scripts" / "rescore_round.py"))
+
+@pytest.mark.slow
+def test_the_given_gauge_interval_on_the_h100_rounds_is_the_one_the_docs_state():
+    """scripts/rescore_round.py on forward-25 to forward-27 (one gauge per process, the rule
+    of the time) and forward-28's outcome.json: docs/forward-prediction.md's table of the
+    interval given the gauge and the four-round sums."""
     doc = (REPO / "docs" / "forward-prediction.md").read_text()
     parts = ("rate", "step", "entry")
     inside, above, passes, bpasses = [0, 0, 0], 0, 0, 0
@@ -392,7 +438,7 @@ def test_the_given_gauge_interval_on_the_h100_rounds_is_the_one_the_docs_state()
         if name == "forward-28":  # pre-registered: its own outcome
             fc = json.loads((REPO / PREREG / name / "outcome.json").read_text())["forecast"]
         else:
-            fc = script["forecast_on"](REPO / PREREG / name, REPO / "data" / "vllm" / name)
+            fc = _rescored(name, "process")
         per = fc["per_regime_given_gauge"]
         cov = [per["overall"]["coverage"][p]["covered"] for p in parts]
         n, safe = per["overall"]["passes"], per["boundary"]["safety"]

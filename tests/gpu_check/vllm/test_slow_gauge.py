@@ -105,6 +105,13 @@ def test_the_records_line_is_quiet_where_the_gauge_pass_was() -> None:
     assert line is not None and line["pairs"] >= 300
     assert line["mean_share_gauge_zero"] < line["mean_share"] / 3
     assert 0 <= line["intercept"] < 0.01 and line["slope"] > 0
+    # as docs/forward-prediction.md quotes it ("Gauged by mode")
+    doc = " ".join((ROOT / "docs" / "forward-prediction.md").read_text().split())
+    assert (f"({line['pairs']} pairs of a process's gauge pass and another of its passes, "
+            f"{line['processes']} processes)") in doc  # fmt: skip
+    assert f"share = {line['intercept']:.4f} + {line['slope']:.3f} x" in doc
+    zero = f"{line['mean_share_gauge_zero']:.3f} ({line['pairs_gauge_zero']} passes)"
+    assert f"averaged {zero}" in doc
     # not adopted: vllm-forward does not write it
     committed = json.loads((DATA / "forward" / "summary.json").read_text())["forecast"]
     assert "slow_given_gauge" not in committed
@@ -125,3 +132,14 @@ def test_the_conditional_forecast_runs_at_the_slow_gauges_share() -> None:
     assert calibrated["slow_prob"] == sc.timing.worker_slow_prob and quiet["slow_prob"] == 0.0
     # past the boundary, the copies that land at entry are the slow steps'
     assert quiet["landing"]["entry"] < calibrated["landing"]["entry"]
+
+
+def test_a_pure_pass_gives_the_lines_share_and_none_without_a_line(tmp_path) -> None:
+    from gpu_check.vllm.prereg_forecast import pure_slow_prob
+
+    folder = QUIET.parent.parent / "align_s16_d0ms_r1"
+    line = {"intercept": 0.002, "slope": 0.35}
+    share = sg.slow_share(load_raw(QUIET))
+    assert pure_slow_prob(folder, line) == sg.slow_prob(line, share)
+    assert pure_slow_prob(folder, None) is None
+    assert pure_slow_prob(tmp_path / "align_s16_d0ms", line) is None  # no raw record beside
