@@ -23,7 +23,11 @@ still counts, but includes GPU time and is not a host speed.
 ``VLLM_TORCH_PROFILER_DIR`` or an NVTX trace: the median, over decode-only steps, of the span
 from ``GPUModelRunner._prepare_inputs`` returning to ``GPUModelRunner.sample_tokens`` issuing
 the counts copy (``num_accepted_tokens`` ``copy_(non_blocking=True)``); ``python -m sim risk
---host-gauge MS`` takes it in milliseconds for the batch size the user runs.
+--host-gauge MS`` takes it in milliseconds for the batch size the user runs. Read it from the
+same deployment the question is about: the span differs between align and none (0.95 x align's
+on the H100s of forward-28 and forward-29), and a gauge taken in one mode and applied to the
+other's timing put 0.24.0's none about 10 % fast (docs/forward-prediction.md, "Gauged by
+mode").
 """
 
 from __future__ import annotations
