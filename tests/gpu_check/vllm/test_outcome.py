@@ -510,3 +510,56 @@ def test_a_calibration_that_is_no_mapping_is_one_clear_error(tmp_path):
     (tmp_path / "calibration.json").write_text("[1, 2]")
     with pytest.raises(SpecraceError, match="calibration.json: no calibration"):
         score_forecast([({"forecast": {}}, {}, tmp_path)], {}, tmp_path)
+
+
+def test_forward_30s_outcome_is_the_one_its_readme_states():
+    """forward-30's table and quoted counts in data/vllm/preregistered/README.md are its
+    outcome.json's and its exports' agreement.json's: a window so slow that every pass ran
+    CPU-bound, (iv) met given the gauge, the unconditional rate interval under 17.5 ms's."""
+    doc = json.loads((REPO / PREREG / "forward-30" / "outcome.json").read_text())
+    fc = doc["forecast"]
+    per, given = fc["per_regime"], fc["per_regime_given_gauge"]
+    section = _outcome_section("forward-30")
+    flat = " ".join(section.replace("**", "").split())
+    assert per["overall"]["passes"] == per["CPU-bound"]["passes"] == 48
+    cov = [per["overall"]["coverage"][p] for p in ("rate", "step", "entry")]
+    cells = " / ".join(str(c["covered"]) for c in cov)
+    fracs = " / ".join(f"{c['fraction']:.2f}" for c in cov)
+    assert f"| {cells} | - | - | {cells} ({fracs}) |" in flat
+    sharp = " / ".join(f"{per['CPU-bound']['sharpness'][p]['ratio']:.2f}"
+                       for p in ("rate", "step", "entry"))  # fmt: skip
+    assert f"| {sharp} | - | - | - |" in flat
+    iv = per["overall"]["conditional_meets_all"]
+    lo, hi = iv["wilson95"]
+    assert f"| {iv['meets']} | - | - | {iv['meets']} ({iv['fraction']:.2f}) |" in flat
+    assert f"{iv['meets']} of 48 = {iv['fraction']:.2f} (Wilson 95 % [{lo:.2f}, {hi:.2f}])" in flat
+    g = " / ".join(
+        str(given["overall"]["coverage"][p]["covered"]) for p in ("rate", "step", "entry")
+    )
+    assert f"| {g} | - | - | {g} (" in flat
+    point = sum(r["meets_all"] for r in doc["results"])
+    assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in flat
+    assert f"The step gauge met {fc['step_gauge']['overall']['step_gauge_meets_all']}" in flat
+    rows = fc["passes_table"]
+    factors = [r["cond_factor"] for r in rows]
+    assert f"ran {min(factors):.2f}-{max(factors):.2f} x the calibration's" in flat
+    # the unsafe direction: at 17.5 ms every pass over the rate interval's top
+    late = [r for r in rows if r["config"].startswith("s16_d17.5ms")]
+    assert len(late) == 6 and all(r["rate_observed"] > r["rate_pi_hi"] for r in late)
+    misses = [r for r in rows if not r["cond_meets_all"]]
+    assert len(misses) == 48 - iv["meets"] and all(not r["cond_step_ok"] for r in misses)
+    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
+    for path in sorted((REPO / "data" / "vllm" / "forward-30").glob("*/*/agreement.json")):
+        one = json.loads(path.read_text())
+        for k in tot:
+            tot[k] += one[k]
+    assert tot["scored"] == tot["agree"] > 190_000
+    doc_md = (REPO / "docs" / "forward-prediction.md").read_text()
+    doc_md = " ".join(doc_md[doc_md.index("### forward-30:") :].split())
+    assert f"{iv['meets']} of 48 meet all three parts ({iv['fraction']:.2f})" in doc_md
+    assert f"the interval given the gauge held {g}" in doc_md
+    none = [r for r in rows if r["pass_group"].split("/")[1] == "none"]
+    assert f"met all in {sum(r['cond_meets_all'] for r in none)} of {len(none)}" in doc_md
+    assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
+            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
+            "predicted)") in flat  # fmt: skip
