@@ -397,8 +397,23 @@ def criterion(df: pd.DataFrame) -> dict[str, Any]:
                 "wilson95": _wilson(above, n),
                 "met": bool(n and above / n <= TARGETS["boundary_above_max"]),
             }  # fmt: skip
+        if name == "overall":
+            entry["rate_above_upper"] = rate_above_upper(df)
         per[name] = entry
     return per
+
+
+def rate_above_upper(df: pd.DataFrame) -> dict[str, Any]:
+    """Beside (iii), not part of the criterion: the passes of *any* regime whose rate lies above
+    the interval's upper end, by observed regime. (iii) judges the passes that ran at the
+    boundary; a pass the forecast put past it that ran CPU-bound (forward-30 at 17.5 ms) is
+    under-called as much, and a risk tool must count it."""
+    above = df["rate_observed"] > df["rate_pi_hi"]
+    k, n = int(above.sum()), len(df)
+    return {
+        "above_upper": k, "passes": n, "fraction": _frac(k, n), "wilson95": _wilson(k, n),
+        "by_regime": {r: int(above[df["regime"] == r].sum()) for r in REGIMES},
+    }  # fmt: skip
 
 
 def population_columns(cond: dict[str, Any], pops: dict[str, Any] | None, v: dict[str, Any]

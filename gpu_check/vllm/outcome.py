@@ -400,6 +400,10 @@ def outcome_text(doc: dict[str, Any]) -> str:
         c4 = e["conditional_meets_all"]
         lines.append(f"  forecast, {name}: {e['passes']} passes; inside the 90 % interval: {cov}; "
                      f"given the gauge, meets all {c4['meets']}/{c4['passes']}")  # fmt: skip
+        if "rate_above_upper" in e:  # beside (iii): the unsafe direction in any regime
+            up = e["rate_above_upper"]
+            lines.append(f"  forecast, rate above the interval's top, any regime: "
+                         f"{up['above_upper']}/{up['passes']} {up['by_regime']}")  # fmt: skip
     for name, e in doc.get("forecast", {}).get("step_gauge", {}).items():
         if name != "factors":
             lines.append(f"  step gauge, {name}: meets all {e['step_gauge_meets_all']}/"

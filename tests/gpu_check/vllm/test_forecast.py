@@ -158,6 +158,10 @@ def test_the_criterions_arithmetic_on_a_small_table() -> None:
                              "wilson95": bnd["safety"]["wilson95"], "met": False}  # fmt: skip
     lo, hi = bnd["safety"]["wilson95"]
     assert lo < 0.25 < hi
+    # beside (iii): every regime's passes above the rate's top (index 3, CPU-bound; 7, boundary)
+    above = allp["rate_above_upper"]
+    assert above["above_upper"] == 2 and above["passes"] == 10 and above["fraction"] == 0.2
+    assert above["by_regime"] == {"CPU-bound": 1, "boundary": 1, "GPU-bound": 0}
     # step 20..23 against [19, 22.5]: 23 is out (index 3, 7); GPU-bound indices 8, 9 -> 20, 21
     assert allp["coverage"]["step"]["covered"] == 8
     assert allp["coverage"]["step"]["met"] is False  # 0.80 outside [0.84, 0.96]

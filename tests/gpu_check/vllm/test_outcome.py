@@ -546,6 +546,17 @@ def test_forward_30s_outcome_is_the_one_its_readme_states():
     # the unsafe direction: at 17.5 ms every pass over the rate interval's top
     late = [r for r in rows if r["config"].startswith("s16_d17.5ms")]
     assert len(late) == 6 and all(r["rate_observed"] > r["rate_pi_hi"] for r in late)
+    up = per["overall"]["rate_above_upper"]  # reported beside (iii), which sees none of them
+    assert up["above_upper"] == 6 and up["by_regime"]["CPU-bound"] == 6
+    assert per["boundary"]["safety"]["passes"] == 0
+    # on the records, as docs/forward-prediction.md's first table's text quotes them
+    rec = json.loads((REPO / "data" / "vllm" / "forward" / "summary.json").read_text())["forecast"]
+    plain = rec["per_regime"]["overall"]["rate_above_upper"]
+    given = rec["per_regime_given_gauge"]["overall"]["rate_above_upper"]
+    text = " ".join((REPO / "docs" / "forward-prediction.md").read_text().split())
+    assert (f"in any regime, {plain['above_upper']} of {plain['passes']} lie above it (the "
+            f"interval given the gauge: {given['above_upper']}, "
+            f"{given['by_regime']['CPU-bound']} of them CPU-bound") in text  # fmt: skip
     misses = [r for r in rows if not r["cond_meets_all"]]
     assert len(misses) == 48 - iv["meets"] and all(not r["cond_step_ok"] for r in misses)
     tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
