@@ -9,8 +9,8 @@ on today's calibration (``data/vllm/forward/summary.json``, as ``scripts/rescore
   through the records' median line (:mod:`gpu_check.vllm.slow_gauge`), not adopted.
 
 Per round and rule it prints the passes meeting #23's three parts given the gauge (CPU-bound /
-boundary / GPU-bound / overall, of 48). Nothing is written. Fifteen re-scorings: about 35
-minutes on two CPUs.
+boundary / GPU-bound / overall, of 48). Nothing is written. Fifteen re-scorings, one to
+two minutes each.
 
     python scripts/gauge_rules.py [forward-25 ...]
 
