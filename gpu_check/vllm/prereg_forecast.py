@@ -74,9 +74,9 @@ def process_of(p: dict[str, Any], by_mode: bool = False) -> tuple:
 
 
 def gauges(judged: list[Judged], by_mode: bool = False) -> dict[tuple, Gauge]:
-    """Each process's (run, repeat; with ``by_mode``, and mode) pure pass with the least GPU
-    delay (align at 0 ms where it ran): its prediction, measured gauge, median step (ms) and
-    export folder."""
+    """Each process's (run, repeat) pure pass with the least GPU delay (align at 0 ms where it
+    ran): its prediction, measured gauge, median step (ms) and export folder; with
+    ``by_mode``, also each (run, repeat, mode)'s, from the same reading."""
     from gpu_check.vllm.outcome import _json
 
     out: dict[tuple, Gauge] = {}
@@ -84,10 +84,10 @@ def gauges(judged: list[Judged], by_mode: bool = False) -> dict[tuple, Gauge]:
         meta = _json(folder / "export.json", "vllm-export summary")
         if not meta.get("host_gauge_pure") or meta.get("host_gauge_ms") is None:
             continue
-        proc = process_of(p, by_mode)
-        if proc not in out or (p["run_config"]["gpu_delay_us"]
-                               < out[proc][0]["run_config"]["gpu_delay_us"]):  # fmt: skip
-            out[proc] = (p, float(meta["host_gauge_ms"]), float(obs["step_ms"]), folder)
+        for proc in {process_of(p), process_of(p, by_mode)}:
+            if proc not in out or (p["run_config"]["gpu_delay_us"]
+                                   < out[proc][0]["run_config"]["gpu_delay_us"]):  # fmt: skip
+                out[proc] = (p, float(meta["host_gauge_ms"]), float(obs["step_ms"]), folder)
     return out
 
 
@@ -140,7 +140,7 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
     from gpu_check.vllm.plan import prepared
     from sim.resolve.host_band import factor_of_gauge
 
-    pure = gauges(judged) | (gauges(judged, by_mode=True) if by_mode else {})
+    pure = gauges(judged, by_mode)
     factor_at: dict[tuple, float] = {}
     step_factor_at: dict[tuple, float] = {}
     slow_at: dict[tuple, float | None] = {}

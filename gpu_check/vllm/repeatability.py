@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +77,9 @@ def pass_key(raw: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
-def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
-    """Exported V1 passes under ``roots`` grouped by :func:`pass_key`; each group's passes in
-    path order, with each pass's host speed (:func:`sample_tokens_ms`)."""
-    groups: dict[str, dict[Path, float]] = {}
+def v1_passes(roots: list[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every exported V1 pass under ``roots`` with its raw record, in path order per root
+    (MRv2 exports, which have no row ops, and exports without their raw record are skipped)."""
     for root in roots:
         if not root.is_dir():
             raise SpecraceError(f"{root}: not a folder of exported vLLM runs")
@@ -89,9 +89,16 @@ def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
             if not (folder / "steps_vllm.parquet").is_file() or not raw_path.is_file():
                 continue  # an MRv2 export (no row ops) or one without its raw record
             raw = load_raw(raw_path)
-            if raw.get("runner", "v1") != "v1":
-                continue
-            groups.setdefault(pass_key(raw), {})[folder] = sample_tokens_ms(raw)
+            if raw.get("runner", "v1") == "v1":
+                yield folder, raw
+
+
+def find_passes(roots: list[Path]) -> dict[str, dict[Path, float]]:
+    """Exported V1 passes under ``roots`` grouped by :func:`pass_key`; each group's passes in
+    path order, with each pass's host speed (:func:`sample_tokens_ms`)."""
+    groups: dict[str, dict[Path, float]] = {}
+    for folder, raw in v1_passes(roots):
+        groups.setdefault(pass_key(raw), {})[folder] = sample_tokens_ms(raw)
     return {k: dict(sorted(v.items())) for k, v in groups.items()}
 
 

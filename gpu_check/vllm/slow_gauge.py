@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from gpu_check.vllm.calibrate import SLOW_FACTOR, step_spans
-from gpu_check.vllm.export import load_raw, raw_record_of
 
 MIN_PAIRS = 10  # fewer (gauge pass, other pass) pairs than this: no fit
 
@@ -65,21 +64,20 @@ def slow_share(raw: dict[str, Any]) -> float | None:
 
 
 def pass_table(root: Path) -> pd.DataFrame:
-    """Every exported V1 pass under ``root`` with host spans: its process (run folder and
-    repeat), mode, GPU delay and slow share."""
+    """Every exported V1 pass under ``root`` with host spans
+    (:func:`gpu_check.vllm.repeatability.v1_passes`): its process (run folder and repeat),
+    mode, GPU delay and slow share."""
+    from gpu_check.vllm.repeatability import v1_passes
+
     rows = []
-    for exp in sorted(root.glob("**/export.json")):
-        raw_path = raw_record_of(exp.parent)
-        if not (exp.parent / "steps_vllm.parquet").is_file() or not raw_path.is_file():
-            continue
-        raw = load_raw(raw_path)
-        share = slow_share(raw) if raw.get("runner", "v1") == "v1" else None
+    for folder, raw in v1_passes([root]):
+        share = slow_share(raw)
         if share is None:
             continue
         cfg = raw.get("config", {})
         delay = int(cfg.get("gpu_delay_us", 0))
         rows.append({
-            "pass": str(exp.parent.relative_to(root)), "run": str(exp.parent.parent),
+            "pass": str(folder.relative_to(root)), "run": str(folder.parent),
             "rep": int(cfg.get("rep", 0)), "mode": raw.get("mode"), "gpu_delay_us": delay,
             "pure": raw.get("mode") == "align" or delay == 0, "share": share,
         })  # fmt: skip
