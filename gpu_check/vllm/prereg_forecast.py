@@ -295,7 +295,7 @@ def observed_populations(folder: Path) -> dict[str, Any] | None:
 
 def step_gauge_score(df: pd.DataFrame) -> dict[str, Any]:
     """(iv) with the step gauge beside the committed gauge's, per regime and overall, on the
-    passes whose process had a pure pass; and the processes' two factors."""
+    passes whose process had a pure pass; and each process's two factors, per mode."""
     has = df[df["sg_factor"].notna()]
     out: dict[str, Any] = {}
     for name in (*fc.REGIMES, "overall"):
@@ -303,10 +303,13 @@ def step_gauge_score(df: pd.DataFrame) -> dict[str, Any]:
         n, k, k0 = len(part), int(part["sg_meets_all"].sum()), int(part["cond_meets_all"].sum())
         out[name] = {"passes": n, "step_gauge_meets_all": k, "gauge_meets_all": k0,
                      "fraction": fc._frac(k, n), "wilson95": fc._wilson(k, n)}  # fmt: skip
-    per_run = has.groupby(["run", "rep"])[["cond_factor", "sg_factor"]].first()
+    # one entry per process and mode: gauged by mode, a process's none passes carry none's
+    # factors, not align's
+    mode = has["pass_group"].str.split("/").str[1]
+    per_run = has.assign(mode=mode).groupby(["run", "rep", "mode"])[["cond_factor", "sg_factor"]]
     out["factors"] = [
-        {"run": r, "rep": int(rep), "gauge": float(g), "step_gauge": float(sg)}
-        for (r, rep), (g, sg) in per_run.iterrows()
+        {"run": r, "rep": int(rep), "mode": m, "gauge": float(g), "step_gauge": float(sg)}
+        for (r, rep, m), (g, sg) in per_run.first().iterrows()
     ]  # fmt: skip
     return out
 

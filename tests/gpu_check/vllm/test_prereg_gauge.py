@@ -61,3 +61,24 @@ def test_none_is_gauged_by_its_own_pure_pass_where_the_round_says_so(rounds) -> 
     # the two calibrations' windows differ: align's gauge put none's host about 10 % fast
     assert want > 1.08 * anymode["none/s16_d0ms"]["cond_factor"]
     assert bymode["none/s16_d0ms"]["cond_step_ms"] > anymode["none/s16_d0ms"]["cond_step_ms"]
+
+
+def test_the_step_gauge_lists_each_process_mode_s_own_factors() -> None:
+    """Gauged by mode, one process's align and none passes carry different factors; the
+    outcome lists both, not the first pass's for the whole process."""
+    import pandas as pd
+
+    from gpu_check.vllm.prereg_forecast import step_gauge_score
+
+    rows = [
+        {"run": "v0.24.0", "rep": 0, "pass_group": f"0.24.0/{mode}/s16_d{d}us/x/k3/none",
+         "regime": "CPU-bound", "cond_factor": f, "sg_factor": f + 0.01, "sg_meets_all": True,
+         "cond_meets_all": True}
+        for mode, f in (("align", 1.10), ("none", 1.30)) for d in (0, 14000)
+    ]  # fmt: skip
+    out = step_gauge_score(pd.DataFrame(rows))
+    assert out["factors"] == [
+        {"run": "v0.24.0", "rep": 0, "mode": "align", "gauge": 1.10, "step_gauge": 1.11},
+        {"run": "v0.24.0", "rep": 0, "mode": "none", "gauge": 1.30, "step_gauge": 1.31},
+    ]
+    assert out["overall"]["passes"] == 4
