@@ -441,6 +441,7 @@ def run_forward(root: Path, out: Path, seeds: int = SEEDS) -> dict[str, Any]:
     if seeds < 1:
         raise SpecraceError("--seeds must be >= 1")
     from gpu_check.vllm import forecast as fc
+    from gpu_check.vllm import rounds_pooled
     from gpu_check.vllm.gauge_evidence import gauge_rows
 
     configs = find_configs(root)
@@ -456,7 +457,8 @@ def run_forward(root: Path, out: Path, seeds: int = SEEDS) -> dict[str, Any]:
     atomic_write_text(out / "forward.csv", df.to_csv(index=False, lineterminator="\n"))
     rep = summary(df, cal)
     rep["forecast"] = forecast_summary(df, table, factors, len(ratios))
-    atomic_write_text(out / "forward.md", table_markdown(df) + "\n" + regime_markdown(rep))
+    rep["forecast"]["preregistered_pooled"] = rounds_pooled.pooled(root / "preregistered")
+    atomic_write_text(out / "forward.md", forward_markdown(df, rep))
     write_figure(df, rep, out / "forward.png")
     write_forecast_figure(df, rep, out / "forecast.png")
     write_json(out / "summary.json", rep)
@@ -489,6 +491,14 @@ def forecast_summary(df: pd.DataFrame, table: list[dict[str, Any]], factors: lis
         # pure pass of the same mode (gpu_check.vllm.prereg_forecast)
         "gauge_by_mode": True,
     }  # fmt: skip
+
+
+def forward_markdown(df: pd.DataFrame, rep: dict[str, Any]) -> str:
+    """forward.md: the table, the criterion per regime, then the pre-registered rounds pooled."""
+    from gpu_check.vllm.rounds_pooled import markdown
+
+    pooled = markdown(rep.get("forecast", {}).get("preregistered_pooled") or {})
+    return table_markdown(df) + "\n" + regime_markdown(rep) + ("\n" + pooled if pooled else "")
 
 
 def regime_markdown(rep: dict[str, Any]) -> str:
@@ -589,4 +599,9 @@ def summary_text(rep: dict[str, Any]) -> str:
     if "forecast" in rep:
         lines += ["forecast as a distribution, per regime (observed entry share):",
                   regime_markdown(rep).rstrip()]  # fmt: skip
+        pooled = rep["forecast"].get("preregistered_pooled")
+        if pooled:
+            from gpu_check.vllm.rounds_pooled import markdown
+
+            lines.append(markdown(pooled).rstrip())
     return "\n".join(lines)

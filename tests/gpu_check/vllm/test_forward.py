@@ -15,9 +15,8 @@ from gpu_check.vllm.calibrate import calibrate, find_configs, group_name, timing
 from gpu_check.vllm.forward import (
     FORECAST_COLUMNS,
     TABLE_COLUMNS,
+    forward_markdown,
     forward_row,
-    regime_markdown,
-    table_markdown,
 )
 from sim.model.params import timing_file_values
 
@@ -121,7 +120,7 @@ def test_the_committed_table_is_complete_and_in_the_readme(committed) -> None:
     assert (committed["reads_observed"] > 0).all() and (committed["reads_predicted"] > 0).all()
     md = (FORWARD / "forward.md").read_text()
     summary = json.loads((FORWARD / "summary.json").read_text())
-    assert md == table_markdown(committed) + "\n" + regime_markdown(summary)
+    assert md == forward_markdown(committed, summary)
     assert md in (DATA / "README.md").read_text()
     assert summary["agree"] == int(committed["agrees"].sum())
     assert (

@@ -1,0 +1,90 @@
+"""The pre-registered rounds pooled (issue 44, the proposed restatement of (i)): each pass is
+judged on its round's frozen interval, per regime and overall, and the committed summary and
+docs quote what the committed rounds give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from repo_root import ROOT
+
+from gpu_check.vllm import rounds_pooled as rp
+
+DATA = ROOT / "data" / "vllm"
+
+
+def _pass(regime: str, rate: float, step: float, entry: float) -> dict:
+    """A pass whose interval is rate [0.01, 0.02], step [10, 20] ms, entry [0.2, 0.8]."""
+    return {"regime": regime, "rate_observed": rate, "step_ms_observed": step,
+            "entry_observed": entry, "rate_pi_lo": 0.01, "rate_pi_hi": 0.02,
+            "step_pi_lo": 10.0, "step_pi_hi": 20.0, "entry_pi_lo": 0.2, "entry_pi_hi": 0.8,
+            "config": "unused"}  # fmt: skip
+
+
+def _round(folder: Path, name: str, passes: list[dict], forecast: bool = True) -> None:
+    d = folder / name
+    d.mkdir(parents=True)
+    doc = {"forecast": {"passes_table": passes}} if forecast else {"results": []}
+    (d / "outcome.json").write_text(json.dumps(doc))
+
+
+def test_each_pass_is_judged_on_its_own_rounds_interval(tmp_path: Path) -> None:
+    _round(tmp_path, "r1", [
+        _pass("boundary", 0.015, 15.0, 0.5),   # inside in every part
+        _pass("boundary", 0.030, 15.0, 0.5),   # rate above the top: (iii) counts it
+        _pass("CPU-bound", 0.020, 25.0, 0.9),  # rate on the top edge: inside; step, entry out
+    ])  # fmt: skip
+    _round(tmp_path, "r2", [_pass("GPU-bound", 0.005, 12.0, 0.1)])  # rate and entry below
+    _round(tmp_path, "r0", [], forecast=False)  # no forecast: skipped
+    pool = rp.pooled(tmp_path)
+    assert list(pool["rounds"]) == ["r1", "r2"]
+    assert pool["rounds"]["r1"]["covered"] == {"rate": 2, "step": 2, "entry": 2}
+    assert pool["rounds"]["r2"]["covered"] == {"rate": 0, "step": 1, "entry": 0}
+    per = pool["per_regime"]
+    assert per["overall"]["passes"] == 4
+    assert {p: per["overall"]["coverage"][p]["covered"] for p in ("rate", "step", "entry")} == {
+        "rate": 2, "step": 3, "entry": 2}  # fmt: skip
+    assert per["boundary"]["safety"]["above_upper"] == 1
+    assert per["boundary"]["safety"]["met"] is False  # 1 of 2 > 0.05
+    assert per["overall"]["rate_above_upper"]["above_upper"] == 1
+    # (i)'s band applies overall: 2 of 4 is under 0.84
+    assert per["overall"]["coverage"]["rate"]["met"] is False
+    assert per["CPU-bound"]["coverage"]["rate"]["met"] is True  # 1 of 1 >= 0.80 per regime
+    text = rp.markdown(pool)
+    assert "| overall | 2 / 3 / 2 of 4 (0.50 / 0.75 / 0.50) |" in text
+    assert "| r2 | 1 | 0 / 1 / 0 |" in text
+
+
+def test_no_round_with_a_forecast_gives_nothing(tmp_path: Path) -> None:
+    _round(tmp_path, "forward-23", [], forecast=False)
+    assert rp.pooled(tmp_path) == {}
+    assert rp.markdown({}) == ""
+
+
+def test_the_committed_summary_holds_the_committed_rounds_pooled() -> None:
+    """vllm-forward wrote forecast.preregistered_pooled from the rounds committed beside it:
+    recomputing it from data/vllm/preregistered gives the same numbers."""
+    summary = json.loads((DATA / "forward" / "summary.json").read_text())
+    assert summary["forecast"]["preregistered_pooled"] == json.loads(
+        json.dumps(rp.pooled(DATA / "preregistered"))
+    )
+
+
+def test_the_docs_quote_the_rounds_pooled() -> None:
+    pool = rp.pooled(DATA / "preregistered")
+    per = pool["per_regime"]
+    text = (ROOT / "docs" / "forward-prediction.md").read_text()
+    section = text[text.index("### The pre-registered rounds pooled") :]
+    section = " ".join(section[: section.index("\n### ")].split())
+    rows = [
+        line
+        for line in rp.markdown(pool).splitlines()
+        if line.startswith("| ") and not line.startswith(("| observed", "| round |"))
+    ]
+    assert len(rows) == 4 + len(pool["rounds"])
+    for line in rows:  # the regime table's rows, then each round's
+        assert line in section, line
+    safety, above = per["boundary"]["safety"], per["overall"]["rate_above_upper"]
+    assert f"{safety['above_upper']} of {safety['passes']} boundary passes" in section
+    assert f"{above['above_upper']} of {above['passes']} passes" in section
