@@ -4,8 +4,8 @@ speed as a known constant.
 **Host speed** is a factor ``f`` on every CPU-side duration of the scenario (the engine core's
 and the worker's; not the measured copy and event costs of the ``h200`` timing file): vLLM's
 records show every host span of a step slowing together (issue #44: correlation 0.90 between
-the sample_tokens span and the drafter gap; ``data/vllm/gauge/summary.json``: r 0.86 between a
-pass's gauge and its step time within a configuration, 0.79 across configurations).
+the sample_tokens span and the drafter gap; ``data/vllm/gauge/summary.json``: r 0.93 between a
+pass's gauge and its step time within a configuration, 0.84 across configurations).
 
 **Plausible host speeds** (:data:`PLAUSIBLE`), from the records, not from a round: one machine's
 passes of one configuration spread over 0.76-1.60 of their median gauge

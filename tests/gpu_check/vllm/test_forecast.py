@@ -256,6 +256,8 @@ def test_the_window_evidence_in_forward_prediction_md_is_the_committed_gauge_tab
     between = window_spread(host, "step_ms")["other_runs"]["width90"]
     assert between / cpu["vllm_spread_width"] > 1.25
     assert f"{between:.3f} = {between / cpu['vllm_spread_width']:.2f} x" in doc
+    assert f"{cpu['ratio']:.2f} x vLLM's own spread ({cpu['median_width']:.3f} against" in doc
+    assert f"interval is {cpu['median_width'] / between:.2f} x." in doc
 
 
 # -- the step part per population (a proposal measured beside (iv)) ----------------------------
