@@ -19,7 +19,7 @@ def _pass(regime: str, rate: float, step: float, entry: float) -> dict:
     return {"regime": regime, "rate_observed": rate, "step_ms_observed": step,
             "entry_observed": entry, "rate_pi_lo": 0.01, "rate_pi_hi": 0.02,
             "step_pi_lo": 10.0, "step_pi_hi": 20.0, "entry_pi_lo": 0.2, "entry_pi_hi": 0.8,
-            "config": "unused"}  # fmt: skip
+            "pass_group": "0.24.0/align/s16_d12000us/all-at-start/k3/none"}  # fmt: skip
 
 
 def _round(folder: Path, name: str, passes: list[dict], forecast: bool = True) -> None:
@@ -56,6 +56,43 @@ def test_each_pass_is_judged_on_its_own_rounds_interval(tmp_path: Path) -> None:
     assert "| r2 | 1 | 0 / 1 / 0 |" in text
 
 
+def _given(row: dict, lo: float, hi: float, delay_us: int = 12000) -> dict:
+    """A pass with the interval given the gauge: rate [lo, hi], step and entry the frozen
+    interval's."""
+    return row | {
+        "gc_rate_pi_lo": lo, "gc_rate_pi_hi": hi, "gc_step_pi_lo": 10.0, "gc_step_pi_hi": 20.0,
+        "gc_entry_pi_lo": 0.2, "gc_entry_pi_hi": 0.8,
+        "pass_group": f"0.24.0/align/s16_d{delay_us}us/all-at-start/k3/none",
+    }  # fmt: skip
+
+
+def test_given_the_gauge_each_pass_is_judged_on_its_gc_interval(tmp_path: Path) -> None:
+    _round(tmp_path, "r1", [
+        _given(_pass("boundary", 0.030, 15.0, 0.5), 0.025, 0.035),  # outside frozen, inside gc
+        _given(_pass("boundary", 0.015, 15.0, 0.5), 0.020, 0.030),  # inside frozen, below gc
+        _given(_pass("CPU-bound", 0.040, 15.0, 0.5), 0.010, 0.030, delay_us=0),  # above gc
+    ])  # fmt: skip
+    _round(tmp_path, "r2", [_pass("GPU-bound", 0.015, 12.0, 0.5)])  # judged before gc existed
+    pool = rp.pooled(tmp_path)
+    assert pool["per_regime"]["boundary"]["safety"]["above_upper"] == 1  # the frozen interval
+    given = pool["given_gauge"]
+    assert given["rounds_without"] == ["r2"] and list(given["rounds"]) == ["r1"]
+    assert given["rounds"]["r1"]["covered"] == {"rate": 1, "step": 3, "entry": 3}
+    per = given["per_regime"]
+    assert per["overall"]["passes"] == 3
+    assert per["boundary"]["coverage"]["rate"]["covered"] == 1
+    assert per["boundary"]["safety"]["above_upper"] == 0  # below the band is not above it
+    assert per["overall"]["rate_above_upper"]["above_upper"] == 1  # the CPU-bound pass
+    assert given["passes_at_0ms"] == 1
+    without = given["without_gauge_passes"]
+    assert without["overall"]["passes"] == 2 and without["CPU-bound"]["passes"] == 0
+    assert without["overall"]["rate_above_upper"]["above_upper"] == 0
+    text = rp.markdown(pool)
+    assert "| boundary | 1 / 2 / 2 of 2 (0.50 / 1.00 / 1.00) | 1 / 2 / 2 of 2" in text
+    assert "| CPU-bound | 0 / 1 / 1 of 1 (0.00 / 1.00 / 1.00) | - |" in text
+    assert "Rounds without it: r2." in text
+
+
 def test_no_round_with_a_forecast_gives_nothing(tmp_path: Path) -> None:
     _round(tmp_path, "forward-23", [], forecast=False)
     assert rp.pooled(tmp_path) == {}
@@ -82,9 +119,15 @@ def test_the_docs_quote_the_rounds_pooled() -> None:
         for line in rp.markdown(pool).splitlines()
         if line.startswith("| ") and not line.startswith(("| observed", "| round |"))
     ]
-    assert len(rows) == 4 + len(pool["rounds"])
+    given = pool["given_gauge"]
+    assert len(rows) == 4 + len(pool["rounds"]) + 4 + len(given["rounds"])
     for line in rows:  # the regime table's rows, then each round's
         assert line in section, line
     safety, above = per["boundary"]["safety"], per["overall"]["rate_above_upper"]
     assert f"{safety['above_upper']} of {safety['passes']} boundary passes" in section
     assert f"{above['above_upper']} of {above['passes']} passes" in section
+    gper = given["per_regime"]
+    safety, above = gper["boundary"]["safety"], gper["overall"]["rate_above_upper"]
+    assert f"given the gauge, {safety['above_upper']} of {safety['passes']} boundary" in section
+    assert f"{above['above_upper']} of {above['passes']} passes of every regime" in section
+    assert f"{given['passes_at_0ms']} passes at 0 ms" in section
