@@ -43,6 +43,9 @@ COLUMNS = (
     "regime", "rate_observed", "step_ms_observed", "entry_observed",
     "rate_pi_lo", "rate_pi_hi", "step_pi_lo", "step_pi_hi", "entry_pi_lo", "entry_pi_hi",
 )  # fmt: skip
+#: each part's observed column: a pass outside its interval lies above its top or below its
+#: bottom, and above is the unsafe side (more wrong reads, a slower step, more copies at entry)
+OBSERVED = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
 #: the interval given the gauge, where the round's outcome has it
 GIVEN = tuple(f"gc_{p}_{x}" for p in fc.PARTS for x in ("pi_lo", "pi_hi"))
 #: a pass at 0 ms, by its configuration key (:func:`gpu_check.vllm.prereg_forecast.config_key`,
@@ -80,7 +83,9 @@ def _per_regime(df: pd.DataFrame) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "passes": int(mask.sum()),
             "coverage": fc._coverage(cov[mask], overall=name == "overall"),
-        }
+            "above_top": {p: int((df[o][mask] > df[f"{p}_pi_hi"][mask]).sum())
+                          for p, o in OBSERVED.items()},
+        }  # fmt: skip
         if name == "boundary":
             above = int((df["rate_observed"][mask] > df["rate_pi_hi"][mask]).sum())
             n = int(mask.sum())
@@ -154,6 +159,13 @@ def _cov_cell(per: dict[str, Any], name: str) -> str:
         f"{c[p]['fraction']:.2f}" for p in fc.PARTS) + ")"  # fmt: skip
 
 
+def _above_cell(per: dict[str, Any], name: str) -> str:
+    """One regime's passes above the interval's top, per part."""
+    if not per[name]["passes"]:
+        return "-"
+    return " / ".join(str(per[name]["above_top"][p]) for p in fc.PARTS)
+
+
 def _safety_line(per: dict[str, Any]) -> str:
     safety, above = per["boundary"]["safety"], per["overall"]["rate_above_upper"]
     return (f"boundary passes above the rate's top: {safety['above_upper']} of "
@@ -181,9 +193,10 @@ def markdown(pool: dict[str, Any]) -> str:
         f"criterion): {len(pool['rounds'])} rounds, {per['overall']['passes']} passes, each "
         "judged on the interval frozen before its round.",
         "",
-        "| observed regime | (i) inside the 90 % interval: rate / step / entry |",
-        "|---|---|",
-        *(f"| {name} | {_cov_cell(per, name)} |" for name in (*fc.REGIMES, "overall")),
+        "| observed regime | (i) inside the 90 % interval: rate / step / entry | above its top |",
+        "|---|---|---|",
+        *(f"| {name} | {_cov_cell(per, name)} | {_above_cell(per, name)} |"
+          for name in (*fc.REGIMES, "overall")),
         "",
         f"(iii) {_safety_line(per)}.",
         "",
@@ -199,10 +212,11 @@ def markdown(pool: dict[str, Any]) -> str:
             f"residuals; then without the {given['passes_at_0ms']} passes at 0 ms (each "
             "process's gauge pass among them).",
             "",
-            "| observed regime | inside given the gauge: rate / step / entry | without the "
-            "passes at 0 ms |",
-            "|---|---|---|",
-            *(f"| {name} | {_cov_cell(gper, name)} | {_cov_cell(wper, name)} |"
+            "| observed regime | inside given the gauge: rate / step / entry | above its top | "
+            "without the passes at 0 ms | above its top |",
+            "|---|---|---|---|---|",
+            *(f"| {name} | {_cov_cell(gper, name)} | {_above_cell(gper, name)} | "
+              f"{_cov_cell(wper, name)} | {_above_cell(wper, name)} |"
               for name in (*fc.REGIMES, "overall")),
             "",
             f"(iii) given the gauge, {_safety_line(gper)}.",

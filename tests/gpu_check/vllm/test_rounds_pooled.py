@@ -48,6 +48,9 @@ def test_each_pass_is_judged_on_its_own_rounds_interval(tmp_path: Path) -> None:
     assert per["boundary"]["safety"]["above_upper"] == 1
     assert per["boundary"]["safety"]["met"] is False  # 1 of 2 > 0.05
     assert per["overall"]["rate_above_upper"]["above_upper"] == 1
+    # outside on the unsafe side: r1's rate, step and entry above; r2's rate and entry below
+    assert per["overall"]["above_top"] == {"rate": 1, "step": 1, "entry": 1}
+    assert per["GPU-bound"]["above_top"] == {"rate": 0, "step": 0, "entry": 0}
     # (i)'s band applies overall: 2 of 4 is under 0.84
     assert per["overall"]["coverage"]["rate"]["met"] is False
     assert per["CPU-bound"]["coverage"]["rate"]["met"] is True  # 1 of 1 >= 0.80 per regime
@@ -88,8 +91,8 @@ def test_given_the_gauge_each_pass_is_judged_on_its_gc_interval(tmp_path: Path) 
     assert without["overall"]["passes"] == 2 and without["CPU-bound"]["passes"] == 0
     assert without["overall"]["rate_above_upper"]["above_upper"] == 0
     text = rp.markdown(pool)
-    assert "| boundary | 1 / 2 / 2 of 2 (0.50 / 1.00 / 1.00) | 1 / 2 / 2 of 2" in text
-    assert "| CPU-bound | 0 / 1 / 1 of 1 (0.00 / 1.00 / 1.00) | - |" in text
+    assert "| boundary | 1 / 2 / 2 of 2 (0.50 / 1.00 / 1.00) | 0 / 0 / 0 | 1 / 2 / 2 of 2" in text
+    assert "| CPU-bound | 0 / 1 / 1 of 1 (0.00 / 1.00 / 1.00) | 1 / 0 / 0 | - | - |" in text
     assert "Rounds without it: r2." in text
 
 
@@ -131,3 +134,27 @@ def test_the_docs_quote_the_rounds_pooled() -> None:
     assert f"given the gauge, {safety['above_upper']} of {safety['passes']} boundary" in section
     assert f"{above['above_upper']} of {above['passes']} passes of every regime" in section
     assert f"{given['passes_at_0ms']} passes at 0 ms" in section
+
+    # the misses' sides, as the bullets state them: above the top / outside
+    def outside(p: dict, regime: str, part: str) -> int:
+        return p[regime]["passes"] - p[regime]["coverage"][part]["covered"]
+
+    over = per["overall"]
+    assert (f"the step's {over['above_top']['step']} of {outside(per, 'overall', 'step')} "
+            f"outside and the entry share's {over['above_top']['entry']} of "
+            f"{outside(per, 'overall', 'entry')}") in section  # fmt: skip
+    rate_out = outside(per, "overall", "rate")
+    assert (
+        f"the rate's {over['above_top']['rate']} of {rate_out} (the other "
+        f"{rate_out - over['above_top']['rate']} below" in section
+    )
+    assert over["above_top"]["step"] == per["CPU-bound"]["above_top"]["step"]  # every one
+    assert over["above_top"]["entry"] == per["CPU-bound"]["above_top"]["entry"]
+    wper = given["without_gauge_passes"]
+    g_over, g_bound, w_cpu = gper["overall"], gper["boundary"], wper["CPU-bound"]
+    assert (f"{g_over['above_top']['entry']} of the {outside(gper, 'overall', 'entry')} entry "
+            f"shares outside lie above the top ({g_bound['above_top']['entry']} of the "
+            f"{outside(gper, 'boundary', 'entry')} at the boundary; "
+            f"{w_cpu['above_top']['entry']} of the {outside(wper, 'CPU-bound', 'entry')} "
+            f"CPU-bound ones without the passes at 0 ms), and {g_over['above_top']['rate']} of "
+            f"the {outside(gper, 'overall', 'rate')} rates") in section  # fmt: skip
