@@ -158,3 +158,22 @@ def test_the_docs_quote_the_rounds_pooled() -> None:
             f"{w_cpu['above_top']['entry']} of the {outside(wper, 'CPU-bound', 'entry')} "
             f"CPU-bound ones without the passes at 0 ms), and {g_over['above_top']['rate']} of "
             f"the {outside(gper, 'overall', 'rate')} rates") in section  # fmt: skip
+
+
+def test_the_readme_quotes_the_rounds_pooled() -> None:
+    """README.md's Evidence line: the pooled rounds' passes, coverage per part and (iii)."""
+    pool = rp.pooled(DATA / "preregistered")
+    per = pool["per_regime"]
+    over, safety = per["overall"]["coverage"], per["boundary"]["safety"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+    n = per["overall"]["passes"]
+    assert f"{words[len(pool['rounds'])]} pre-registered rounds on an H100, {n} passes" in readme
+    for part, text in (("rate", "the rate inside in"), ("entry", "the entry share in"),
+                       ("step", "the step in")):  # fmt: skip
+        c = over[part]
+        assert f"{text} {c['covered']} ({c['fraction']:.2f}" in readme, part
+    assert f"{safety['above_upper']} of {safety['passes']} boundary passes above" in readme
+    runs = [f for name in pool["rounds"] for f in (DATA / name).glob("*/summary.json")]
+    devices = {json.loads(f.read_text())["environment"]["device"] for f in runs}
+    assert len(devices) == 1 and "H100" in devices.pop()  # "on an H100"
