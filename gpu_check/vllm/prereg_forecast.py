@@ -47,7 +47,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -124,6 +124,34 @@ def step_matched_factor(sched, sc, policy, step_ms: float, start: float, simulat
     return f1
 
 
+class ProcessGauge(NamedTuple):
+    """What a process's pure pass gives each of its configurations: the ``sample_tokens``
+    gauge's host factor, the step gauge's (:func:`step_matched_factor`) and the slow gauge's
+    share of slow steps (None: sim keeps the calibrated share)."""
+
+    factor: float
+    step_factor: float
+    slow_prob: float | None
+
+
+def process_gauge(pure: Gauge, cal: dict[str, Any], simulate_seed,
+                  slow_line: dict[str, Any] | None) -> ProcessGauge:  # fmt: skip
+    """The pure pass's gauges, each on its own configuration's timing."""
+    from gpu_check.vllm.config import run_config_of
+    from gpu_check.vllm.plan import prepared
+    from sim.resolve.host_band import factor_of_gauge
+
+    gp, gauge_ms, step_ms, g_folder = pure
+    g_sched, g_sc, g_policy = prepared(gp["vllm"], gp["mode"], run_config_of(gp["run_config"]),
+                                       cal, gp["k"])  # fmt: skip
+    factor = factor_of_gauge(gauge_ms, g_sc.timing)
+    return ProcessGauge(
+        factor=factor,
+        step_factor=step_matched_factor(g_sched, g_sc, g_policy, step_ms, factor, simulate_seed),
+        slow_prob=pure_slow_prob(g_folder, slow_line),
+    )
+
+
 def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
               model_error: list[dict[str, Any]] | None = None,
               slow_line: dict[str, Any] | None = None,
@@ -138,12 +166,9 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
     from gpu_check.vllm.config import run_config_of
     from gpu_check.vllm.outcome import _json, judge
     from gpu_check.vllm.plan import prepared
-    from sim.resolve.host_band import factor_of_gauge
 
     pure = gauges(judged, by_mode)
-    factor_at: dict[tuple, float] = {}
-    step_factor_at: dict[tuple, float] = {}
-    slow_at: dict[tuple, float | None] = {}
+    gauged: dict[tuple, ProcessGauge] = {}  # each process's, computed once
     rows = []
     for p, obs, folder in judged:
         f = p["forecast"]
@@ -152,25 +177,20 @@ def pass_rows(judged: list[Judged], cal: dict[str, Any], simulate_seed,
         sched, sc, policy = prepared(p["vllm"], p["mode"], run_config_of(p["run_config"]), cal,
                                      p["k"])  # fmt: skip
         if proc in pure:
-            if proc not in factor_at:  # the pure pass's gauges on its own timing
-                gp, gauge_ms, step_ms, g_folder = pure[proc]
-                slow_at[proc] = pure_slow_prob(g_folder, slow_line)
-                g_cfg = run_config_of(gp["run_config"])
-                g_sched, g_sc, g_policy = prepared(gp["vllm"], gp["mode"], g_cfg, cal, gp["k"])
-                factor_at[proc] = factor_of_gauge(gauge_ms, g_sc.timing)
-                step_factor_at[proc] = step_matched_factor(
-                    g_sched, g_sc, g_policy, step_ms, factor_at[proc], simulate_seed)  # fmt: skip
+            if proc not in gauged:
+                gauged[proc] = process_gauge(pure[proc], cal, simulate_seed, slow_line)
+            g = gauged[proc]
             cond = fc.conditional(sched, sc, policy, None, simulate_seed,
-                                  factor=factor_at[proc], slow_prob=slow_at[proc])  # fmt: skip
+                                  factor=g.factor, slow_prob=g.slow_prob)  # fmt: skip
             source = "the process's pure pass" + (" of its mode" if len(proc) == 3 else "")
         else:
             own = _json(folder / "export.json", "vllm-export summary").get("host_gauge_ms")
             cond = fc.conditional(sched, sc, policy, own, simulate_seed)
             source = "the pass's own" if own is not None else "none (factor 1)"
         v = judge(cond, obs)
-        if proc in step_factor_at:  # the step gauge's forecast
+        if proc in gauged:  # the step gauge's forecast
             sg = fc.conditional(sched, sc, policy, None, simulate_seed,
-                                factor=step_factor_at[proc])  # fmt: skip
+                                factor=gauged[proc].step_factor)  # fmt: skip
             sv = judge(sg, obs)
             step_gauge = {
                 "sg_factor": round(sg["factor"], 4), "sg_meets_all": sv["meets_all"],
