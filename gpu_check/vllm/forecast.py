@@ -43,6 +43,8 @@ from sim.resolve.rates import wilson
 CPU_BOUND_ENTRY = 0.9
 GPU_BOUND_ENTRY = 0.1
 REGIMES = ("CPU-bound", "boundary", "GPU-bound")
+#: each part's observed column in a table of passes
+OBSERVED = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
 PARTS = ("rate", "step", "entry")
 
 HOST_POINTS = 9  # K quantile points of the host spread, at (i + 0.5) / K
@@ -346,9 +348,8 @@ def widths(df: pd.DataFrame) -> pd.DataFrame:
 
 def covered(df: pd.DataFrame) -> pd.DataFrame:
     """Whether each pass's observed value lies inside its 90 % interval, per part."""
-    obs = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
     return pd.DataFrame(
-        {p: (df[f"{p}_pi_lo"] <= df[o]) & (df[o] <= df[f"{p}_pi_hi"]) for p, o in obs.items()}
+        {p: (df[f"{p}_pi_lo"] <= df[o]) & (df[o] <= df[f"{p}_pi_hi"]) for p, o in OBSERVED.items()}
     )
 
 
@@ -369,6 +370,33 @@ def _coverage(cov: pd.DataFrame, overall: bool) -> dict[str, Any]:
     return out
 
 
+def regime_mask(df: pd.DataFrame, name: str) -> pd.Series:
+    """The passes of one observed regime; ``"overall"``: every pass."""
+    return df["regime"] == name if name != "overall" else pd.Series(True, index=df.index)
+
+
+def regime_calibration(df: pd.DataFrame, cov: pd.DataFrame, name: str) -> dict[str, Any]:
+    """One regime's (``"overall"``: every pass's) (i) coverage; at the boundary (iii) safety;
+    overall, the passes of any regime above the rate's top (:func:`rate_above_upper`).
+    ``cov``: :func:`covered` of ``df``."""
+    mask = regime_mask(df, name)
+    n = int(mask.sum())
+    entry: dict[str, Any] = {
+        "passes": n,
+        "coverage": _coverage(cov[mask], overall=name == "overall"),
+    }
+    if name == "boundary":
+        above = int((df["rate_observed"][mask] > df["rate_pi_hi"][mask]).sum())
+        entry["safety"] = {
+            "above_upper": above, "passes": n, "fraction": _frac(above, n),
+            "wilson95": _wilson(above, n),
+            "met": bool(n and above / n <= TARGETS["boundary_above_max"]),
+        }  # fmt: skip
+    if name == "overall":
+        entry["rate_above_upper"] = rate_above_upper(df)
+    return entry
+
+
 def criterion(df: pd.DataFrame) -> dict[str, Any]:
     """(i) coverage, (ii) sharpness, (iii) boundary safety, (iv) the gauge-conditioned
     strict score, per regime (by the observed entry share) and overall."""
@@ -376,29 +404,16 @@ def criterion(df: pd.DataFrame) -> dict[str, Any]:
     spread = own_spread(df)
     per: dict[str, Any] = {}
     for name in (*REGIMES, "overall"):
-        mask = df["regime"] == name if name != "overall" else pd.Series(True, index=df.index)
-        n = int(mask.sum())
-        sharp = sharpness(wid, mask, spread[name]) if name != "overall" else {}
-        k4 = int(df["cond_meets_all"][mask].sum())
-        entry: dict[str, Any] = {
-            "passes": n,
-            "coverage": _coverage(cov[mask], overall=name == "overall"),
-            **({"sharpness": sharp, "vllm_spread_passes": spread[name]["passes"]}
-               if name != "overall" else {}),
-            "conditional_meets_all": {
-                "meets": k4, "passes": n, "fraction": _frac(k4, n), "wilson95": _wilson(k4, n),
-                "met": bool(n and k4 / n >= TARGETS["conditional_meets_all_min"]),
-            },
+        entry = regime_calibration(df, cov, name)
+        mask = regime_mask(df, name)
+        n, k4 = entry["passes"], int(df["cond_meets_all"][mask].sum())
+        if name != "overall":
+            entry["sharpness"] = sharpness(wid, mask, spread[name])
+            entry["vllm_spread_passes"] = spread[name]["passes"]
+        entry["conditional_meets_all"] = {
+            "meets": k4, "passes": n, "fraction": _frac(k4, n), "wilson95": _wilson(k4, n),
+            "met": bool(n and k4 / n >= TARGETS["conditional_meets_all_min"]),
         }  # fmt: skip
-        if name == "boundary":
-            above = int((df["rate_observed"][mask] > df["rate_pi_hi"][mask]).sum())
-            entry["safety"] = {
-                "above_upper": above, "passes": n, "fraction": _frac(above, n),
-                "wilson95": _wilson(above, n),
-                "met": bool(n and above / n <= TARGETS["boundary_above_max"]),
-            }  # fmt: skip
-        if name == "overall":
-            entry["rate_above_upper"] = rate_above_upper(df)
         per[name] = entry
     return per
 

@@ -43,9 +43,6 @@ COLUMNS = (
     "regime", "rate_observed", "step_ms_observed", "entry_observed",
     "rate_pi_lo", "rate_pi_hi", "step_pi_lo", "step_pi_hi", "entry_pi_lo", "entry_pi_hi",
 )  # fmt: skip
-#: each part's observed column: a pass outside its interval lies above its top or below its
-#: bottom, and above is the unsafe side (more wrong reads, a slower step, more copies at entry)
-OBSERVED = {"rate": "rate_observed", "step": "step_ms_observed", "entry": "entry_observed"}
 #: the interval given the gauge, where the round's outcome has it
 GIVEN = tuple(f"gc_{p}_{x}" for p in fc.PARTS for x in ("pi_lo", "pi_hi"))
 #: a pass at 0 ms, by its configuration key (:func:`gpu_check.vllm.prereg_forecast.config_key`,
@@ -75,27 +72,16 @@ def _coverage(df: pd.DataFrame) -> dict[str, Any]:
 
 def _per_regime(df: pd.DataFrame) -> dict[str, Any]:
     """(i) per regime and overall, (iii) at the boundary and the passes above the rate's top in
-    every regime, on the interval columns ``df`` has (``{part}_pi_lo`` / ``_pi_hi``)."""
+    every regime (:func:`forecast.regime_calibration`), on the interval columns ``df`` has
+    (``{part}_pi_lo`` / ``_pi_hi``); beside them, per part, the passes above the interval's top:
+    outside it, above is the unsafe side (more wrong reads, a slower step, more copies at entry)."""
     cov = fc.covered(df)
     per: dict[str, Any] = {}
     for name in (*fc.REGIMES, "overall"):
-        mask = df["regime"] == name if name != "overall" else pd.Series(True, index=df.index)
-        entry: dict[str, Any] = {
-            "passes": int(mask.sum()),
-            "coverage": fc._coverage(cov[mask], overall=name == "overall"),
-            "above_top": {p: int((df[o][mask] > df[f"{p}_pi_hi"][mask]).sum())
-                          for p, o in OBSERVED.items()},
-        }  # fmt: skip
-        if name == "boundary":
-            above = int((df["rate_observed"][mask] > df["rate_pi_hi"][mask]).sum())
-            n = int(mask.sum())
-            entry["safety"] = {
-                "above_upper": above, "passes": n, "fraction": fc._frac(above, n),
-                "wilson95": fc._wilson(above, n),
-                "met": bool(n and above / n <= fc.TARGETS["boundary_above_max"]),
-            }  # fmt: skip
-        if name == "overall":
-            entry["rate_above_upper"] = fc.rate_above_upper(df)
+        entry = fc.regime_calibration(df, cov, name)
+        mask = fc.regime_mask(df, name)
+        entry["above_top"] = {p: int((df[o][mask] > df[f"{p}_pi_hi"][mask]).sum())
+                              for p, o in fc.OBSERVED.items()}  # fmt: skip
         per[name] = entry
     return per
 
