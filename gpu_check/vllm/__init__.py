@@ -8,7 +8,8 @@ The modules split what needs vLLM and a GPU from what does not:
 - ``instrument``: hooks on one live ``GPUModelRunner`` that record every step (needs vLLM);
 - ``run``: ``python -m gpu_check vllm-run``, one process, one LLM per mamba mode;
 - ``export``: raw records -> ``schedule.json`` (sim's schema), ``observed_vllm.parquet``, timing;
-- ``agreement``: what sim's policy predicts for every read, against what vLLM did.
+- ``agreement``: what sim's policy predicts for every read, against what vLLM did;
+- ``mismatch``: the landing, unseen by the instrument's polls, that reproduces a disagreement.
 
 Only ``instrument`` and ``run`` import vLLM or need CUDA; the rest runs in CI.
 """

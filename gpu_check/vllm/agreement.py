@@ -22,6 +22,8 @@ Where the landing fell inside an op (poll
 before it false, after it true), every placement inside it is predicted; if they differ the
 read is ``ambiguous`` and not scored. A close call is a step whose landing was first seen within
 100 us of a writing row op (add, condense move, swap): sim.model.verdict.is_close_call.
+A scored disagreement is named by the landing the polls could not see that reproduces it
+(:mod:`gpu_check.vllm.mismatch`); the counts stay as scored.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpu_check.vllm.mismatch import explain
 from gpu_check.vllm.watch_check import text as watch_text
 from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
@@ -168,6 +171,11 @@ def compare_dir(folder: Path) -> dict[str, Any]:
         policy = get_policy(PATCHES[meta["patch"]].sim_policy)
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
+    landings = explain(schedule, steps, pred, policy)
+    if landings:  # a disagreement: the landing that reproduces it (gpu_check.vllm.mismatch)
+        kinds = [x["explained"] for x in landings]
+        rep["mismatches_explained"] = {k: kinds.count(k) for k in sorted(set(kinds))}
+        rep["mismatch_landings"] = landings[:8]
     if (folder / "watch.json").is_file():  # vllm-run --watch: the plugin's verdict on the same run
         rep["watch"] = read_json(folder / "watch.json", "vllm-export's watch.json")
     atomic_write(folder / "agreement.parquet", lambda tmp: pred.to_parquet(tmp, index=False))
@@ -177,17 +185,20 @@ def compare_dir(folder: Path) -> dict[str, Any]:
 
 def report_text(rep: dict[str, Any]) -> str:
     c = rep["confusion"]
-    return "\n".join(
-        [
-            f"vLLM {rep['vllm_version']} {rep['mode']} {rep['config']}: policy {rep['policy']}",
-            f"reads {rep['reads']} (scored {rep['scored']}, ambiguous {rep['ambiguous']}), "
-            f"agreement {rep['agree']}/{rep['scored']}",
-            f"wrong observed {rep['wrong_observed']}, predicted {rep['wrong_predicted']}; "
-            f"both {c['observed_wrong_predicted_wrong']}, only observed "
-            f"{c['observed_wrong_predicted_right']}, only predicted "
-            f"{c['observed_right_predicted_wrong']}",
-            f"close calls (< 100 us): {rep['close_call_steps']} steps, "
-            f"{rep['close_call_agree']}/{rep['close_call_reads']} reads agree",
-        ]
-        + ([watch_text(rep["watch"])] if "watch" in rep else [])
-    )
+    lines = [
+        f"vLLM {rep['vllm_version']} {rep['mode']} {rep['config']}: policy {rep['policy']}",
+        f"reads {rep['reads']} (scored {rep['scored']}, ambiguous {rep['ambiguous']}), "
+        f"agreement {rep['agree']}/{rep['scored']}",
+        f"wrong observed {rep['wrong_observed']}, predicted {rep['wrong_predicted']}; "
+        f"both {c['observed_wrong_predicted_wrong']}, only observed "
+        f"{c['observed_wrong_predicted_right']}, only predicted "
+        f"{c['observed_right_predicted_wrong']}",
+        f"close calls (< 100 us): {rep['close_call_steps']} steps, "
+        f"{rep['close_call_agree']}/{rep['close_call_reads']} reads agree",
+    ]
+    if "mismatches_explained" in rep:
+        kinds = ", ".join(f"{k} {n}" for k, n in rep["mismatches_explained"].items())
+        lines.append(f"disagreements, by the landing that reproduces them: {kinds}")
+    if "watch" in rep:
+        lines.append(watch_text(rep["watch"]))
+    return "\n".join(lines)
