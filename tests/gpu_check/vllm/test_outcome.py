@@ -574,3 +574,63 @@ def test_forward_30s_outcome_is_the_one_its_readme_states():
     assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
             f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
             "predicted)") in flat  # fmt: skip
+
+
+def test_forward_31s_outcome_is_the_one_its_readme_states():
+    """forward-31's table and quoted counts in data/vllm/preregistered/README.md are its
+    outcome.json's and its exports' agreement.json's: every pass inside the unconditional
+    interval (too wide overall), no boundary pass above the rate's top, (iv) missed."""
+    doc = json.loads((REPO / PREREG / "forward-31" / "outcome.json").read_text())
+    fc = doc["forecast"]
+    per, given = fc["per_regime"], fc["per_regime_given_gauge"]
+    flat = " ".join(_outcome_section("forward-31").replace("**", "").split())
+    regimes = ("CPU-bound", "boundary", "GPU-bound", "overall")
+    parts = ("rate", "step", "entry")
+    passes = " | ".join(str(per[r]["passes"]) for r in regimes)
+    assert f"| passes (regime by the observed entry share) | {passes} |" in flat
+
+    def cells(block: dict, key: str) -> list[str]:
+        return [" / ".join(str(block[r]["coverage"][p][key]) for p in parts) for r in regimes]
+
+    cov = cells(per, "covered")
+    fracs = " / ".join(f"{per['overall']['coverage'][p]['fraction']:.2f}" for p in parts)
+    assert f"| {' | '.join(cov)} ({fracs}) |" in flat
+    assert not per["overall"]["coverage"]["rate"]["met"]  # "(i) missed by being too wide"
+    assert all(per[r]["coverage"][p]["met"] for r in regimes[:3] for p in parts)
+    sharp = " | ".join(" / ".join(f"{per[r]['sharpness'][p]['ratio']:.2f}" for p in parts)
+                       for r in regimes[:3])  # fmt: skip
+    assert f"| {sharp} | - |" in flat
+    safety = per["boundary"]["safety"]
+    assert safety["above_upper"] == 0 and f"| 0 of {safety['passes']} |" in flat
+    assert per["overall"]["rate_above_upper"]["above_upper"] == 0
+    iv = [str(per[r]["conditional_meets_all"]["meets"]) for r in regimes]
+    frac = per["overall"]["conditional_meets_all"]["fraction"]
+    assert f"| {' | '.join(iv)} ({frac:.2f}) |" in flat
+    lo, hi = per["overall"]["conditional_meets_all"]["wilson95"]
+    assert f"{iv[3]} of 48 = {frac:.2f} (Wilson [{lo:.2f}, {hi:.2f}])" in flat
+    point = sum(r["meets_all"] for r in doc["results"])
+    assert f"| {point} ({doc['meets_all_fraction']:.2f}) |" in flat
+    g = cells(given, "covered")
+    gf = " / ".join(f"{given['overall']['coverage'][p]['fraction']:.2f}" for p in parts)
+    assert f"| {' | '.join(g)} ({gf}) |" in flat
+    above = given["overall"]["rate_above_upper"]
+    by = above["by_regime"]
+    gs = given["boundary"]["safety"]
+    assert (f"| {by['CPU-bound']} | {gs['above_upper']} of {gs['passes']} | {by['GPU-bound']} "
+            f"| {above['above_upper']} |") in flat  # fmt: skip
+    rows = fc["passes_table"]
+    moved = fc["regime_predicted_vs_observed"]
+    assert f"28 of 48 passes ran there (the model put {moved['boundary -> boundary']}" in flat
+    misses = [r for r in rows if not r["cond_meets_all"]]
+    landing = [r for r in misses if not r["cond_landing_ok"]]
+    assert f"{len(landing)} of the {len(misses)} misses of (iv) miss the landing" in flat
+    assert f"The step gauge met {fc['step_gauge']['overall']['step_gauge_meets_all']}" in flat
+    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
+    for path in sorted((REPO / "data" / "vllm" / "forward-31").glob("*/*/agreement.json")):
+        one = json.loads(path.read_text())
+        for k in tot:
+            tot[k] += one[k]
+    assert tot["scored"] == tot["agree"] > 190_000
+    assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
+            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
+            "predicted)") in flat  # fmt: skip
