@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LEFT_OUT=(/data/vllm/ab/ /data/replay/heldout/ /data/vllm/v0.24.0-closecalls/ /data/vllm/plugin/
           /data/vllm/forward-25/ /data/vllm/forward-26/ /data/vllm/forward-27/ /data/vllm/fixes/
-          /data/vllm/forward-28/ /data/vllm/forward-29/ /data/vllm/forward-30/)
+          /data/vllm/forward-28/ /data/vllm/forward-29/ /data/vllm/forward-30/
+          /data/vllm/forward-31/)
 size() {
     { git ls-files -z; git ls-files -z --others --exclude-standard; } |
         python3 -c "import os,sys; print(round(sum(os.path.getsize(p) for p in sys.stdin.read().split('\0') if p and os.path.isfile(p)) / 2**20, 1), 'MiB travel (before carry)')"
