@@ -196,6 +196,27 @@ def _out_dir(text: str, kind: str):
         raise UsageError(str(e)) from None
 
 
+def cmd_event_lag(args: argparse.Namespace) -> str:
+    from pathlib import Path
+
+    from gpu_check import event_lag
+
+    out = _out_dir(args.out, "event-lag") if args.out else None
+    if args.src:
+        df, env = _vllm_input(
+            event_lag.read_raw, Path(args.src), what=args.src, writer="gpu_check event-lag"
+        )
+    else:
+        _need_cuda()
+        from gpu_check.environment import environment
+
+        df, env = event_lag.measure(args.iterations), environment()
+    summ = event_lag.write(out, df, env) if out is not None else {
+        "variants": event_lag.summary(df)}  # fmt: skip
+    rows = [{"variant": k, **v} for k, v in summ["variants"].items()]
+    return render(args.table_format, rows, lambda: event_lag.summary_text(summ["variants"]))
+
+
 def cmd_calibrate(args: argparse.Namespace) -> str:
     out = _out_dir(args.out, "calibrate")
     _need_cuda()
@@ -407,6 +428,7 @@ COMMANDS = {
     "recall": cmd_recall,
     "padding": cmd_padding,
     "bench": cmd_bench,
+    "event-lag": cmd_event_lag,
     "summary": cmd_summary,
     "replay": cmd_replay,
     "calibrate": cmd_calibrate,

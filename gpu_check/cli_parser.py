@@ -127,6 +127,16 @@ def _replay_commands(sub) -> None:
     b.add_argument("--json", action="store_true")
     add_format_arg(b)
 
+    e = sub.add_parser(
+        "event-lag", help="how long a D2H's event trails its bytes (CUDA to measure)"
+    )
+    e.add_argument("src", nargs="?", help="a measured folder: its summary again, from its table "
+                   "(no CUDA); omitted: measure on this GPU")  # fmt: skip
+    e.add_argument("--out", help="write event_lag.csv.gz and summary.json there")
+    e.add_argument("--iterations", type=_count(1_000_000), default=5000,
+                   help="per variant, when measuring")  # fmt: skip
+    add_format_arg(e)
+
 
 def _vllm_run_commands(sub) -> None:
     """vllm-run, vllm-plugin-bench, vllm-export, vllm-compare: real vLLM, recorded."""

@@ -22,11 +22,13 @@ bytes lagging the event would break every synchronising fix, so it must be 0.
 Variants: ``busy`` (the spin before the copy), ``followed`` (also 300 us of GPU work enqueued
 after the event, as the drafter follows the D2H in vLLM) and ``idle`` (no spin).
 
-    python3 -m gpu_check.event_lag DEST [ITERATIONS]    # on the GPU machine (torch, no sim)
+    python -m gpu_check event-lag --out DEST            # on the GPU machine (CUDA)
+    python -m gpu_check event-lag data/bench/event_lag  # here: the summary again, from the table
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from pathlib import Path
@@ -34,6 +36,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from sim.errors import SpecraceError
+from sim.runs.io import atomic_write, atomic_write_text
+from sim.runs.outputs import claim_dir
 
 VARIANTS = ("idle", "busy", "followed")
 COLUMNS = (
@@ -163,24 +169,29 @@ def summary_text(summ: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def read_raw(folder: Path) -> pd.DataFrame:
-    return pd.read_csv(folder / "event_lag.csv.gz")
+def read_raw(folder: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A measured folder's raw table and its summary's header (device, versions, commit)."""
+    raw, summ = folder / "event_lag.csv.gz", folder / "summary.json"
+    if not raw.is_file() or not summ.is_file():
+        raise SpecraceError(f"{folder}: no event_lag.csv.gz and summary.json (measure writes them)")
+    df = pd.read_csv(raw)
+    if list(df.columns) != list(COLUMNS):
+        raise SpecraceError(f"{raw}: not event_lag's table (columns {list(df.columns)[:4]} ...)")
+    header = json.loads(summ.read_text())
+    return df, {k: v for k, v in header.items() if k not in ("variants", "spin_us", "follow_us")}
 
 
-def write(folder: Path, df: pd.DataFrame, env: dict[str, Any]) -> dict[str, Any]:
-    """The raw table and its summary with the device header (the GPU machine has no pyarrow)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    df.to_csv(folder / "event_lag.csv.gz", index=False)
+def write(out: Path, df: pd.DataFrame, env: dict[str, Any]) -> dict[str, Any]:
+    """The raw table and its summary with the device header, into a folder the caller checked
+    (``prepare_dir``), marked as specrace's at the first write (CSV: the GPU machine has no
+    pyarrow)."""
     summ = {**env, "spin_us": list(SPIN_US), "follow_us": FOLLOW_US, "variants": summary(df)}
-    (folder / "summary.json").write_text(json.dumps(summ, indent=2) + "\n")
+    claim_dir(out, "event-lag")
+    table = gzip.compress(df.to_csv(index=False).encode(), mtime=0)  # no name or time: same bytes
+
+    def put(tmp: Path) -> None:
+        tmp.write_bytes(table)
+
+    atomic_write(out / "event_lag.csv.gz", put)
+    atomic_write_text(out / "summary.json", json.dumps(summ, indent=2) + "\n")
     return summ
-
-
-if __name__ == "__main__":  # on the GPU machine without sim's dependencies: python3 -m ...
-    import sys
-
-    from gpu_check.environment import environment
-
-    dest = Path(sys.argv[1] if len(sys.argv) > 1 else "event_lag")
-    frame = measure(int(sys.argv[2]) if len(sys.argv) > 2 else 5000)
-    print(summary_text(write(dest, frame, environment())["variants"]))

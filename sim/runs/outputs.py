@@ -64,6 +64,7 @@ KINDS: dict[str, str] = {
     "vllm-plan": "python -m gpu_check vllm-plan",
     "vllm-gauge": "python -m gpu_check vllm-gauge",
     "vllm-plugin-bench": "python -m gpu_check vllm-plugin-bench",
+    "event-lag": "python -m gpu_check.event_lag",
 }  # fmt: skip
 
 

@@ -48,6 +48,7 @@ from sim.runs.outputs import MARKER, record, sha256, write_marker
 
 VLLM = ROOT / "data" / "vllm"
 RAW = VLLM / "v0.24.0" / "raw" / "raw_align_s16_d15ms.json.gz"
+EVENT_LAG = ROOT / "data" / "bench" / "event_lag"
 EXPORTED = VLLM / "v0.24.0" / "align_s16_d15ms"  # an exported run (vllm-figure's input)
 COMMITTED = VLLM / "v0.23.0"  # a committed vllm-run folder (kind vllm-run), 2.4 MB
 MRV2 = VLLM / "v0.33.0-mrv2"  # a committed MRv2 vllm-run folder, 128 kB
@@ -199,6 +200,9 @@ WRITERS: dict[str, Writer] = {
         suffix=".json"),
     "vllm-consequence": Writer("gpu_check", "vllm-consequence", lambda i, o: [
         "vllm-consequence", str(i["cq"]), "--out", str(o)], "file", suffix=".json"),
+    # the summary again from a measured folder's table (no CUDA): the import of a device's
+    "event-lag": Writer("gpu_check", "event-lag", lambda i, o: [
+        "event-lag", str(EVENT_LAG), "--out", str(o)], "into", kind="event-lag"),
     "vllm-figure": Writer("gpu_check", "vllm-figure", lambda i, o: [
         "vllm-figure", str(EXPORTED), "--out", str(o)], "file", suffix=".png"),
     # CUDA only: each checks its --out before anything else, so every refusal is tested here;
@@ -207,6 +211,8 @@ WRITERS: dict[str, Writer] = {
                         "into", kind="calibrate", cuda=True),
     "bench": Writer("gpu_check", "bench", lambda i, o: ["bench", "--out", str(o)], "into",
                     kind="bench", cuda=True),
+    "event-lag --measure": Writer("gpu_check", "event-lag", lambda i, o: [
+        "event-lag", "--out", str(o)], "into", kind="event-lag", cuda=True),
     "vllm-run": Writer("gpu_check", "vllm-run", lambda i, o: ["vllm-run", "--out", str(o)],
                        "into", kind="vllm-run", cuda=True),
     "vllm-plugin-bench": Writer("gpu_check", "vllm-plugin-bench", lambda i, o: [
