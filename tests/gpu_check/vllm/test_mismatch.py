@@ -97,3 +97,22 @@ def test_torn_swap_crosses_the_pre_copy_values() -> None:
     group = pd.DataFrame({"row": [0, 1], "cpu_value": [1, 2], "gpu_value": [1, 2]})
     assert explain_step(policy, prev, cur, before, 0, 1, group) == "torn swap"
     assert explain_step(policy, prev, cur, before, 1, 1, group) == "unexplained"
+
+
+def test_the_reference_counts_every_records_disagreements() -> None:
+    """docs/reference.md's count over every exported pass is the committed agreement.json's,
+    and its split by kind is the one the records reproduce (RECORDED, tested above)."""
+    passes = reads = scored = agree = 0
+    for path in (ROOT / "data").rglob("agreement.json"):
+        rep = json.loads(path.read_text())
+        if "scored" in rep:
+            passes, reads = passes + 1, reads + rep["reads"]
+            scored, agree = scored + rep["scored"], agree + rep["agree"]
+    kinds = [k for _, _, by_step in RECORDED for k in by_step.values()]
+    assert scored - agree == len(kinds)
+    text = " ".join((ROOT / "docs" / "reference.md").read_text().split())
+    assert (f"Over all {passes} exported passes under `data/` (the pre-registered rounds, the A/B "
+            f"and the fixes included), {scored:,} of {reads:,} reads are scored and "
+            f"{scored - agree} disagree.") in text  # fmt: skip
+    assert f"{kinds.count('bytes before event')} with the copy's bytes visible before" in text
+    assert f"{kinds.count('torn swap')} a torn swap" in text
