@@ -244,6 +244,23 @@ def _outcome_section(name: str) -> str:
     return section[:cut]
 
 
+def _agreement_totals(name: str) -> dict[str, int]:
+    """A round's exports' agreement.json counts, summed over its passes."""
+    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
+    for path in sorted((REPO / "data" / "vllm" / name).glob("*/*/agreement.json")):
+        one = json.loads(path.read_text())
+        for k in tot:
+            tot[k] += one[k]
+    return tot
+
+
+def _read_for_read(tot: dict[str, int]) -> str:
+    """How an outcome section quotes its read-for-read counts."""
+    return (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
+            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
+            "predicted)")  # fmt: skip
+
+
 def _assert_regime_table(section: str, doc: dict) -> None:
     """The rows every round's outcome table shares: passes, (i), (iii), (iv), the point
     prediction, per regime, as outcome.json has them."""
@@ -339,15 +356,9 @@ def test_a_one_process_rounds_outcome_is_the_one_its_readme_states(name, disagre
     assert len(misses) == 48 - fc["overall"]["conditional_meets_all"]["meets"]
     sg = doc["forecast"]["step_gauge"]["overall"]["step_gauge_meets_all"]
     assert f"met {sg} of 48" in " ".join(section.split())
-    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
-    for path in sorted((REPO / "data" / "vllm" / name).glob("*/*/agreement.json")):
-        one = json.loads(path.read_text())
-        for k in tot:
-            tot[k] += one[k]
+    tot = _agreement_totals(name)
     flat = " ".join(section.split())
-    assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
-            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
-            "predicted)") in flat  # fmt: skip
+    assert _read_for_read(tot) in flat
     assert tot["scored"] - tot["agree"] == disagree
 
 
@@ -559,11 +570,7 @@ def test_forward_30s_outcome_is_the_one_its_readme_states():
             f"{given['by_regime']['CPU-bound']} of them CPU-bound") in text  # fmt: skip
     misses = [r for r in rows if not r["cond_meets_all"]]
     assert len(misses) == 48 - iv["meets"] and all(not r["cond_step_ok"] for r in misses)
-    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
-    for path in sorted((REPO / "data" / "vllm" / "forward-30").glob("*/*/agreement.json")):
-        one = json.loads(path.read_text())
-        for k in tot:
-            tot[k] += one[k]
+    tot = _agreement_totals("forward-30")
     assert tot["scored"] == tot["agree"] > 190_000
     doc_md = (REPO / "docs" / "forward-prediction.md").read_text()
     doc_md = " ".join(doc_md[doc_md.index("### forward-30:") :].split())
@@ -571,9 +578,7 @@ def test_forward_30s_outcome_is_the_one_its_readme_states():
     assert f"the interval given the gauge held {g}" in doc_md
     none = [r for r in rows if r["pass_group"].split("/")[1] == "none"]
     assert f"met all in {sum(r['cond_meets_all'] for r in none)} of {len(none)}" in doc_md
-    assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
-            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
-            "predicted)") in flat  # fmt: skip
+    assert _read_for_read(tot) in flat
 
 
 def test_forward_31s_outcome_is_the_one_its_readme_states():
@@ -625,12 +630,6 @@ def test_forward_31s_outcome_is_the_one_its_readme_states():
     landing = [r for r in misses if not r["cond_landing_ok"]]
     assert f"{len(landing)} of the {len(misses)} misses of (iv) miss the landing" in flat
     assert f"The step gauge met {fc['step_gauge']['overall']['step_gauge_meets_all']}" in flat
-    tot = {"scored": 0, "agree": 0, "ambiguous": 0, "wrong_observed": 0, "wrong_predicted": 0}
-    for path in sorted((REPO / "data" / "vllm" / "forward-31").glob("*/*/agreement.json")):
-        one = json.loads(path.read_text())
-        for k in tot:
-            tot[k] += one[k]
+    tot = _agreement_totals("forward-31")
     assert tot["scored"] == tot["agree"] > 190_000
-    assert (f"{tot['agree']:,} of {tot['scored']:,} scored reads ({tot['ambiguous']} ambiguous, "
-            f"{tot['wrong_observed']:,} wrong counts observed, {tot['wrong_predicted']:,} "
-            "predicted)") in flat  # fmt: skip
+    assert _read_for_read(tot) in flat
