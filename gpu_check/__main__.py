@@ -213,7 +213,7 @@ def cmd_event_lag(args: argparse.Namespace) -> str:
         df, env = event_lag.measure(args.iterations), environment()
     summ = event_lag.write(out, df, env) if out is not None else {
         "variants": event_lag.summary(df)}  # fmt: skip
-    rows = [{"variant": k, **v} for k, v in summ["variants"].items()]
+    rows = flat_rows([{"variant": k, **v} for k, v in summ["variants"].items()])
     return render(args.table_format, rows, lambda: event_lag.summary_text(summ["variants"]))
 
 

@@ -148,9 +148,9 @@ def summary(df: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
-def _quantiles(s: pd.Series) -> dict[str, float]:
-    if s.empty:
-        return {}
+def _quantiles(s: pd.Series) -> dict[str, float | None]:
+    if s.empty:  # the same keys, so that every variant's row has the same columns
+        return {"p50": None, "p90": None, "p99": None, "max": None}
     q = s.quantile([0.5, 0.9, 0.99]).to_numpy()
     return {"p50": round(float(q[0]), 2), "p90": round(float(q[1]), 2),
             "p99": round(float(q[2]), 2), "max": round(float(s.max()), 2)}  # fmt: skip
@@ -161,7 +161,7 @@ def summary_text(summ: dict[str, Any]) -> str:
              "  bound us p50/p99  event first"]  # fmt: skip
     for v, s in summ.items():
         lo, hi = s["lag_lo_us_quantiles"], s["lag_hi_us_quantiles"]
-        lag = f"{lo['p50']}/{lo['p99']}/{lo['max']}" if lo else "-"
+        lag = f"{lo['p50']}/{lo['p99']}/{lo['max']}" if lo["max"] is not None else "-"
         lines.append(
             f"{v:<9} {s['iterations']:>10}  {s['lag_certain']:>7} ({s['lag_certain_share']:.3f})"
             f"{'':>12}  {lag:<22} {hi['p50']}/{hi['p99']:<10}  {s['event_first']}"

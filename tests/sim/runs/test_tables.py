@@ -47,6 +47,7 @@ CASES: dict[str, tuple[Callable, Argv, tuple]] = {
     "padding": (gpu_main, lambda t: ["padding", "--num-reqs", "4", "--k", "3"], ()),
     "recall": (gpu_main, lambda t: ["recall", "--num-reqs", "2", "--k", "1", "--pairs", "4"], ()),
     "summary": (gpu_main, lambda t: ["summary"], ()),
+    "event-lag": (gpu_main, lambda t: ["event-lag", "data/bench/event_lag"], ()),
     "vllm-compare": (gpu_main, lambda t: ["vllm-compare", "data/vllm"], ()),
     "vllm-compare-run": (gpu_main, lambda t: ["vllm-compare", str(_run_copy(t))], ()),
     "vllm-plan": (gpu_main, lambda t: ["vllm-plan", "--vllm", "0.24.0", "--modes", "align",
