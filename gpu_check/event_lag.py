@@ -123,7 +123,7 @@ def with_bounds(df: pd.DataFrame) -> pd.DataFrame:
     """``lag_lo_ns``/``lag_hi_ns`` (the event after the bytes, bounds) and ``event_first``."""
     out = df.copy()
     has_false = out["false_start_ns"] >= 0
-    out["lag_lo_ns"] = np.where(has_false, out["false_start_ns"] - out["data_ns"], -(10**12))
+    out["lag_lo_ns"] = (out["false_start_ns"] - out["data_ns"]).where(has_false)  # NaN: none
     out["lag_hi_ns"] = out["true_end_ns"] - out["data_prev_ns"]
     out["event_first"] = out["true_end_ns"] < out["data_prev_ns"]
     return out

@@ -35,13 +35,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpu_check.vllm.mismatch import explain
+from gpu_check.vllm.mismatch import explain_step
 from gpu_check.vllm.watch_check import text as watch_text
 from sim.errors import SpecraceError
 from sim.model.policies import Policy, get_policy
 from sim.model.schedule import Schedule, StepRecord
 from sim.model.schedule_io import read_schedule
-from sim.model.verdict import at_landing, consumed_wrong, is_close_call, seen_landing
+from sim.model.verdict import at_seen_landing, consumed_wrong, is_close_call
 from sim.runs.io import atomic_write, atomic_write_text, read_json, read_parquet
 
 
@@ -69,10 +69,17 @@ def predict_step(
     """(cpu, gpu) per row of ``cur``: step N's counts land before ``cur.ops[land_pos]``
     (``len(ops)``: after the last; -1: not before the read), where the policy's read sees it
     (:func:`sim.model.verdict.seen_landing`); judged by :func:`sim.model.verdict.at_landing`."""
-    seen = seen_landing(policy, land_pos, len(cur.ops))
     before = np.asarray(buffer_before, dtype=np.int64)
-    v = at_landing(policy, prev.accepted, cur, before, before, seen)
+    v = at_seen_landing(policy, prev.accepted, cur, before, before, land_pos)
     return np.asarray(v.cpu, dtype=np.int64), np.asarray(v.gpu, dtype=np.int64)
+
+
+def buffer_before(step: pd.Series, max_num_reqs: int) -> np.ndarray:
+    """The pinned buffer as the step's row ops found it (``steps_vllm`` ``buffer_before``),
+    its unrecorded tail at the initial 1."""
+    before = np.asarray(step["buffer_before"], dtype=np.int64)
+    pad = max(max_num_reqs - len(before), 0)
+    return np.concatenate([before, np.ones(pad, np.int64)]) if pad else before
 
 
 def predict_reads(
@@ -85,11 +92,7 @@ def predict_reads(
     for n, group in reads.groupby("step", sort=True):
         prev, cur = schedule.steps[n - 1], schedule.steps[n]
         t = by_step.loc[n]
-        before = np.asarray(t["buffer_before"], dtype=np.int64)
-        if len(before) < schedule.max_num_reqs:
-            before = np.concatenate(
-                [before, np.ones(schedule.max_num_reqs - len(before), np.int64)]
-            )
+        before = buffer_before(t, schedule.max_num_reqs)
         lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
         rows = group["row"].to_numpy()
         # every placement the polls leave open (one if exact): (cpu, gpu) of each read
@@ -122,6 +125,25 @@ def predict_reads(
         return reads.assign(scored_value=0, predicted=0, ambiguous=False, agree=True,
                             predicted_wrong=False, close_call=False)  # fmt: skip
     return pd.concat(out, ignore_index=True)
+
+
+def explain_mismatches(
+    schedule: Schedule, steps: pd.DataFrame, pred: pd.DataFrame, policy: Policy
+) -> list[dict[str, Any]]:
+    """One record per scored disagreement: its step, request and the kind of landing that
+    reproduces it (:func:`gpu_check.vllm.mismatch.explain_step`)."""
+    scored = pred[~pred["ambiguous"]]
+    by_step = steps.set_index("step")
+    out = []
+    for n, rows in scored[~scored["agree"]].groupby("step", sort=True):
+        t = by_step.loc[n]
+        lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
+        kind = explain_step(policy, schedule.steps[n - 1], schedule.steps[n],
+                            buffer_before(t, schedule.max_num_reqs), lo, hi,
+                            scored[scored["step"] == n])  # fmt: skip
+        out += [{"step": int(n), "req_id": str(r), "land_pos": lo, "land_pos_hi": hi,
+                 "explained": kind} for r in rows["req_id"]]  # fmt: skip
+    return out
 
 
 def report(pred: pd.DataFrame, policy: Policy, meta: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +193,7 @@ def compare_dir(folder: Path) -> dict[str, Any]:
         policy = get_policy(PATCHES[meta["patch"]].sim_policy)
     pred = predict_reads(schedule, steps, reads, policy)
     rep = report(pred, policy, {k: meta[k] for k in ("mode", "config", "vllm_version", "steps")})
-    landings = explain(schedule, steps, pred, policy)
+    landings = explain_mismatches(schedule, steps, pred, policy)
     if landings:  # a disagreement: the landing that reproduces it (gpu_check.vllm.mismatch)
         kinds = [x["explained"] for x in landings]
         rep["mismatches_explained"] = {k: kinds.count(k) for k in sorted(set(kinds))}

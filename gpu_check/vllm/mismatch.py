@@ -23,15 +23,12 @@ with the placement that reproduces it named beside it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from sim.model.counts_buffer import apply_step
 from sim.model.policies import Policy
-from sim.model.schedule import Schedule
-from sim.model.verdict import at_landing, judge, seen_landing
+from sim.model.verdict import at_seen_landing, judge
 
 WRITING = ("add", "move", "swap")
 
@@ -47,9 +44,7 @@ def _scored_match(policy: Policy, cpu, gpu, group: pd.DataFrame) -> bool:
 
 
 def _at(policy: Policy, counts, cur, before: np.ndarray, pos: int):
-    seen = seen_landing(policy, pos, len(cur.ops))
-    v = at_landing(policy, counts, cur, before, before, seen)
-    return v
+    return at_seen_landing(policy, counts, cur, before, before, pos)
 
 
 def torn_swap(policy: Policy, counts: np.ndarray, cur, before: np.ndarray, j: int):
@@ -85,31 +80,3 @@ def explain_step(
                 if _scored_match(policy, cpu, gpu, group):
                     return "torn swap"
     return "unexplained"
-
-
-def explain(
-    schedule: Schedule, steps: pd.DataFrame, pred: pd.DataFrame, policy: Policy
-) -> list[dict[str, Any]]:
-    """One record per scored disagreement: its step, request and the kind that explains it."""
-    scored = pred[~pred["ambiguous"]]
-    bad = scored[~scored["agree"]]
-    if bad.empty:
-        return []
-    by_step = steps.set_index("step")
-    out = []
-    for n, rows in bad.groupby("step", sort=True):
-        t = by_step.loc[n]
-        before = np.asarray(t["buffer_before"], dtype=np.int64)
-        if len(before) < schedule.max_num_reqs:
-            before = np.concatenate(
-                [before, np.ones(schedule.max_num_reqs - len(before), np.int64)]
-            )
-        group = scored[scored["step"] == n]
-        lo, hi = int(t["land_pos"]), int(t["land_pos_hi"])
-        kind = explain_step(policy, schedule.steps[n - 1], schedule.steps[n], before, lo, hi, group)
-        for r in rows.itertuples():
-            out.append(
-                {"step": int(n), "req_id": str(r.req_id), "land_pos": lo, "land_pos_hi": hi,
-                 "explained": kind}
-            )  # fmt: skip
-    return out

@@ -34,7 +34,7 @@ from sim.explore.check import Counterexample, Space, check, story
 from sim.model.input_batch import RowOp
 from sim.model.policies import named
 from sim.model.schedule import StepRecord
-from sim.model.verdict import at_landing, seen_landing
+from sim.model.verdict import at_seen_landing
 
 # The space of ``python -m sim check`` whose minimal align counterexample the test scripts (the
 # same schedule and landings as the default check's, data/check/r4-s3-k3.json, at 2 rows).
@@ -144,8 +144,8 @@ def predicted_failures(policy: str, race: Race | None = None) -> set[str]:
     cur, prev = race.read, race.records[-2]
     out = set()
     for land, name in read_landings(race):
-        seen = seen_landing(pol, land, len(cur.ops))
-        v = at_landing(pol, np.asarray(prev.accepted), cur, race.prior[0], race.prior[1], seen)
+        v = at_seen_landing(pol, np.asarray(prev.accepted), cur, race.prior[0], race.prior[1],
+                            land)  # fmt: skip
         if bool(np.any(v.cpu_wrong)):
             out.add(name)
     return out

@@ -278,3 +278,17 @@ def at_landing(
         buffer=buf,
         private=priv,
     )
+
+
+def at_seen_landing(
+    policy: Policy,
+    counts: np.ndarray | None,
+    cur: StepRows,
+    buffer: np.ndarray,
+    private: np.ndarray,
+    land_pos: int,
+) -> StepVerdict:
+    """:func:`at_landing` where the copy was observed to land at ``land_pos`` (-1: not before
+    the read), placed where the policy's read sees it (:func:`seen_landing`)."""
+    seen = seen_landing(policy, land_pos, len(cur.ops))
+    return at_landing(policy, counts, cur, buffer, private, seen)

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from repo_root import ROOT
 
-from gpu_check.vllm.agreement import compare_dir, policy_for, predict_reads
+from gpu_check.vllm.agreement import compare_dir, explain_mismatches, policy_for, predict_reads
 from gpu_check.vllm.export import export_run
-from gpu_check.vllm.mismatch import explain, explain_step, torn_swap
+from gpu_check.vllm.mismatch import explain_step, torn_swap
 from sim.model.input_batch import RowOp
 from sim.model.policies import get_policy
 from sim.model.schedule import StepRecord
@@ -69,7 +69,9 @@ def test_a_planted_disagreement_stays_unexplained(tmp_path: Path) -> None:
             reads.loc[i, "cpu_value"] = 7  # a count no buffer holds (k = 3: 1..4)
             flipped += 1
     assert flipped >= 5
-    landings = explain(schedule, steps, predict_reads(schedule, steps, reads, policy), policy)
+    landings = explain_mismatches(
+        schedule, steps, predict_reads(schedule, steps, reads, policy), policy
+    )
     planted = [x for x in landings if x["step"] != 224]
     assert len(planted) == flipped
     assert {x["explained"] for x in planted} == {"unexplained"}
